@@ -1,0 +1,26 @@
+"""Root conftest for the project's own tests: shared paths and fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+SUITE = ROOT / "suites" / "workflows"
+
+
+@pytest.fixture
+def suite_path() -> Path:
+    """The built-in workflows suite."""
+    return SUITE
+
+
+@pytest.fixture
+def suite_copy(tmp_path: Path) -> Path:
+    """A private copy of the built-in suite that a test may edit."""
+    import shutil
+
+    dst = tmp_path / "suites" / "workflows"
+    shutil.copytree(SUITE, dst)
+    return dst

@@ -1,0 +1,265 @@
+"""The simulated office: tool implementations by true name, over a JSON state.
+
+Every built-in task's environment is a JSON document with collections such as
+``calendar.events``, ``mail.inbox``/``mail.outbox``, ``files``, ``tickets``,
+``contacts`` and ``expenses``.  Each tool here is registered under its true
+name with its true argument schema.  Perturbations edit only what the agent is
+*told* (the tool surface); the backend never changes (DESIGN.md section 1),
+so a call to an advertised-but-unregistered name, a missing required
+argument or a value outside the true enum returns an error observation.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ToolError
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of a tool's true schema."""
+
+    type: str = "string"
+    description: str = ""
+    required: bool = True
+    enum: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """A backend tool: true name, description, schema and implementation."""
+
+    name: str
+    description: str
+    params: Mapping[str, Param]
+    fn: Callable[..., Any] = field(repr=False)
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style function schema a clean tool surface advertises."""
+        props: dict[str, Any] = {}
+        for pname, p in self.params.items():
+            prop: dict[str, Any] = {"type": p.type, "description": p.description}
+            if p.enum:
+                prop["enum"] = list(p.enum)
+            props[pname] = prop
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": {
+                    "type": "object",
+                    "properties": props,
+                    "required": [n for n, p in self.params.items() if p.required],
+                },
+            },
+        }
+
+
+TOOLKIT: dict[str, ToolDef] = {}
+
+
+def tool(name: str, description: str, /, **params: Param) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a backend tool under its true name."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        TOOLKIT[name] = ToolDef(name, description, params, fn)
+        return fn
+
+    return deco
+
+
+class Environment:
+    """A private, mutable copy of a task's initial state plus its tools."""
+
+    def __init__(self, initial: Mapping[str, Any], tools: tuple[str, ...]) -> None:
+        self.state: dict[str, Any] = copy.deepcopy(dict(initial))
+        self.tools = tools
+
+    def call(self, name: str, args: Any) -> Any:
+        """Execute a tool by true name; raise :class:`ToolError` on a bad call."""
+        if name not in self.tools or name not in TOOLKIT:
+            raise ToolError(f"unknown tool '{name}': no such function is registered")
+        if not isinstance(args, dict):
+            raise ToolError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+        spec = TOOLKIT[name]
+        for pname, p in spec.params.items():
+            if p.required and pname not in args:
+                raise ToolError(f"{name}: missing required argument '{pname}'")
+            if pname in args and p.enum and args[pname] not in p.enum:
+                raise ToolError(f"{name}: invalid value {args[pname]!r} for '{pname}'; "
+                                f"expected one of {', '.join(p.enum)}")
+        extra = sorted(set(args) - set(spec.params))
+        if extra:
+            raise ToolError(f"{name}: unexpected argument(s) {', '.join(extra)}")
+        return spec.fn(self.state, **args)
+
+
+def observation(result: Any) -> str:
+    """Canonical text of a tool result, as the agent receives it."""
+    return json.dumps(result, sort_keys=True, ensure_ascii=False)
+
+
+def _coll(state: dict[str, Any], *path: str) -> list[dict[str, Any]]:
+    node: Any = state
+    for p in path:
+        node = node.setdefault(p, {} if p != path[-1] else [])
+    assert isinstance(node, list)
+    return node
+
+
+def _find(items: list[dict[str, Any]], key: str, value: str, what: str) -> dict[str, Any]:
+    for it in items:
+        if str(it.get(key)) == value:
+            return it
+    raise ToolError(f"no {what} with {key} '{value}'")
+
+
+S = Param  # short alias for the schemas below
+
+
+# -- calendar -----------------------------------------------------------------
+
+@tool("calendar_list_events", "List calendar events, optionally only those on one date (YYYY-MM-DD).",
+      date=S(description="Date to filter on, YYYY-MM-DD.", required=False))
+def _calendar_list(state: dict[str, Any], date: str | None = None) -> Any:
+    events = _coll(state, "calendar", "events")
+    return [e for e in events if date is None or str(e.get("start", "")).startswith(date)]
+
+
+@tool("calendar_update_event", "Change the start time (and optionally the title) of an existing event.",
+      event_id=S(description="Id of the event, as listed by the calendar."),
+      start=S(description="New start, YYYY-MM-DDTHH:MM."),
+      title=S(description="New title.", required=False))
+def _calendar_update(state: dict[str, Any], event_id: str, start: str, title: str | None = None) -> Any:
+    ev = _find(_coll(state, "calendar", "events"), "id", event_id, "event")
+    ev["start"] = start
+    if title is not None:
+        ev["title"] = title
+    return {"ok": True, "event": ev}
+
+
+@tool("calendar_create_event", "Create a calendar event and invite attendees.",
+      title=S(description="Event title."),
+      start=S(description="Start, YYYY-MM-DDTHH:MM."),
+      attendees=S(type="array", description="Attendee e-mail addresses."),
+      room=S(description="Meeting room.", required=False))
+def _calendar_create(state: dict[str, Any], title: str, start: str, attendees: list[str],
+                     room: str | None = None) -> Any:
+    events = _coll(state, "calendar", "events")
+    ev = {"id": f"EV-{900 + len(events)}", "title": title, "start": start,
+          "attendees": list(attendees), "room": room}
+    events.append(ev)
+    return {"ok": True, "event": ev}
+
+
+# -- mail ---------------------------------------------------------------------
+
+@tool("mail_search", "Search the inbox; returns messages whose subject or body contains the query.",
+      query=S(description="Text to look for."))
+def _mail_search(state: dict[str, Any], query: str) -> Any:
+    q = query.lower()
+    return [m for m in _coll(state, "mail", "inbox")
+            if q in str(m.get("subject", "")).lower() or q in str(m.get("body", "")).lower()]
+
+
+@tool("mail_send", "Send an e-mail.",
+      to=S(description="Recipient e-mail address."),
+      subject=S(description="Subject line."),
+      body=S(description="Message body."))
+def _mail_send(state: dict[str, Any], to: str, subject: str, body: str) -> Any:
+    outbox = _coll(state, "mail", "outbox")
+    outbox.append({"to": to, "subject": subject, "body": body})
+    return {"ok": True, "message_id": f"MSG-{len(outbox)}"}
+
+
+# -- contacts -----------------------------------------------------------------
+
+@tool("contacts_search", "Find colleagues by (part of) their name.",
+      name=S(description="Name or part of it."))
+def _contacts_search(state: dict[str, Any], name: str) -> Any:
+    n = name.lower()
+    return [c for c in _coll(state, "contacts") if n in str(c.get("name", "")).lower()]
+
+
+# -- files --------------------------------------------------------------------
+
+@tool("files_list", "List the files in a folder.", folder=S(description="Folder path, e.g. /finance."))
+def _files_list(state: dict[str, Any], folder: str) -> Any:
+    return [f["path"] for f in _coll(state, "files") if str(f["path"]).startswith(folder.rstrip("/") + "/")]
+
+
+@tool("files_read", "Read a file's text.", path=S(description="Full file path."))
+def _files_read(state: dict[str, Any], path: str) -> Any:
+    return _find(_coll(state, "files"), "path", path, "file")
+
+
+@tool("files_move", "Move a file to another folder.",
+      path=S(description="Full file path."), folder=S(description="Destination folder."))
+def _files_move(state: dict[str, Any], path: str, folder: str) -> Any:
+    f = _find(_coll(state, "files"), "path", path, "file")
+    f["path"] = folder.rstrip("/") + "/" + str(path).rsplit("/", 1)[-1]
+    return {"ok": True, "path": f["path"]}
+
+
+@tool("files_share", "Share a file with a colleague.",
+      path=S(description="Full file path."), email=S(description="Colleague's e-mail address."),
+      access=S(description="Access level.", enum=("view", "comment", "edit")))
+def _files_share(state: dict[str, Any], path: str, email: str, access: str) -> Any:
+    f = _find(_coll(state, "files"), "path", path, "file")
+    f.setdefault("shared", []).append({"email": email, "access": access})
+    return {"ok": True}
+
+
+# -- tickets ------------------------------------------------------------------
+
+_PRIORITIES = ("low", "normal", "high", "urgent")
+_STATUSES = ("open", "in_progress", "resolved", "closed")
+
+
+@tool("tickets_list", "List support tickets, optionally filtered by status.",
+      status=S(description="Status filter.", required=False, enum=_STATUSES))
+def _tickets_list(state: dict[str, Any], status: str | None = None) -> Any:
+    return [t for t in _coll(state, "tickets") if status is None or t.get("status") == status]
+
+
+@tool("tickets_update", "Update a ticket's status, priority or assignee.",
+      ticket_id=S(description="Ticket id, as listed by tickets_list."),
+      status=S(description="New status.", required=False, enum=_STATUSES),
+      priority=S(description="New priority.", required=False, enum=_PRIORITIES),
+      assignee=S(description="E-mail of the new assignee.", required=False))
+def _tickets_update(state: dict[str, Any], ticket_id: str, status: str | None = None,
+                    priority: str | None = None, assignee: str | None = None) -> Any:
+    t = _find(_coll(state, "tickets"), "id", ticket_id, "ticket")
+    for k, v in (("status", status), ("priority", priority), ("assignee", assignee)):
+        if v is not None:
+            t[k] = v
+    return {"ok": True, "ticket": t}
+
+
+@tool("tickets_comment", "Add a comment to a ticket.",
+      ticket_id=S(description="Ticket id."), text=S(description="Comment text."))
+def _tickets_comment(state: dict[str, Any], ticket_id: str, text: str) -> Any:
+    t = _find(_coll(state, "tickets"), "id", ticket_id, "ticket")
+    t.setdefault("comments", []).append(text)
+    return {"ok": True}
+
+
+# -- expenses -----------------------------------------------------------------
+
+@tool("expenses_submit", "File an expense claim.",
+      amount=S(type="string", description="Amount, e.g. 120.50."),
+      currency=S(description="Currency code.", enum=("EUR", "USD", "GBP")),
+      category=S(description="Expense category.", enum=("travel", "meals", "equipment", "training")),
+      description=S(description="What the expense was for."))
+def _expenses_submit(state: dict[str, Any], amount: str, currency: str, category: str, description: str) -> Any:
+    claims = _coll(state, "expenses")
+    claim = {"id": f"EXP-{100 + len(claims)}", "amount": amount, "currency": currency,
+             "category": category, "description": description, "status": "submitted"}
+    claims.append(claim)
+    return {"ok": True, "claim": claim}

@@ -1,0 +1,173 @@
+"""Operator protocol, registry, variant construction and executable validity.
+
+An operator edits exactly one surface of a task.  :func:`make_variant` picks
+an applicable operator for a family with a seeded RNG, applies it, and keeps
+the result only if the rules of DESIGN.md section 2 *run* green:
+
+1. exactly one surface differs; the other three render byte-identically;
+2. grader, gold solution and environment are untouched (a variant carries
+   only surfaces; written-out variants are checked byte for byte);
+3. the goal is preserved and 4. a successful path remains: the oracle,
+   asking the user simulator for every fact in the recovery annotation,
+   scores 1.0 and reaches the same end state as on the clean task.
+
+A failing candidate is regenerated with the next seed up to
+:data:`MAX_ATTEMPTS` times, then :class:`VariantSkipped` names the reasons.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+from ..errors import VariantSkipped
+from ..records import Canary, Variant
+from ..task import CLEAN, FAMILIES, SURFACE_FILES, TARGETS, Surfaces, Task, family_parts
+
+MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Edit:
+    """What an operator produced: new surfaces, canaries, recovery annotation."""
+
+    surfaces: Surfaces
+    canaries: tuple[Canary, ...]
+    recovery: tuple[str, ...] = ()
+    note: str = ""
+
+
+@runtime_checkable
+class Operator(Protocol):
+    """A named, registered perturbation of one family."""
+
+    id: str
+    family: str
+
+    def applicable(self, task: Task) -> bool:
+        """Whether the task has what this operator edits."""
+
+    def apply(self, task: Task, rng: random.Random) -> Edit | None:
+        """Return the edit, or None when this draw found nothing to edit."""
+
+
+REGISTRY: dict[str, list[Operator]] = {f: [] for f in FAMILIES}
+
+
+def register(op: Operator) -> Operator:
+    """Add an operator to its family's catalog (ids are unique per family)."""
+    if op.family not in REGISTRY:
+        raise ValueError(f"operator {op.id!r}: unknown family {op.family!r}")
+    if any(o.id == op.id for o in REGISTRY[op.family]):
+        raise ValueError(f"operator {op.id!r} is already registered for {op.family}")
+    REGISTRY[op.family].append(op)
+    return op
+
+
+def operators(family: str) -> list[Operator]:
+    """The catalog of one family."""
+    _load_builtin()
+    return list(REGISTRY[family])
+
+
+def clean_variant(task: Task) -> Variant:
+    """The unperturbed instance."""
+    return Variant(task=task.key, family=CLEAN, operator="none", seed=0, surfaces=task.surfaces)
+
+
+def surface_diff(task: Task, target: str, new: Surfaces) -> str:
+    """Unified diff of one surface, clean -> perturbed."""
+    name = SURFACE_FILES[target]
+    return "".join(difflib.unified_diff(
+        task.surfaces.render(target).splitlines(keepends=True),
+        new.render(target).splitlines(keepends=True),
+        fromfile=f"a/{task.key}/{name}", tofile=f"b/{task.key}/{name}",
+    ))
+
+
+def check_variant(task: Task, variant: Variant, oracle_check: bool = True) -> list[str]:
+    """Every breached validity rule of DESIGN.md section 2 (empty when valid)."""
+    problems = []
+    target = variant.target
+    changed = [t for t in TARGETS if task.surfaces.render(t) != variant.surfaces.render(t)]
+    if changed != [target]:
+        problems.append(f"rule 1: expected only the {target} surface to differ, found {changed or 'none'}")
+    for fid in variant.recovery:
+        if fid not in {f.id for f in task.facts}:
+            problems.append(f"rule 4: recovery names unknown fact {fid!r}")
+    if oracle_check and not problems:
+        problems += _oracle_problems(task, variant)
+    return problems
+
+
+def _oracle_problems(task: Task, variant: Variant) -> list[str]:
+    from ..agents.reference import OracleAgent
+    from ..runner import run_episode_sync
+
+    rec = run_episode_sync(task, variant, OracleAgent(), run_id="validity", seed=variant.seed)
+    if rec.error:
+        return [f"rule 4: the oracle could not run: {rec.error}"]
+    if rec.reward != 1.0:
+        failed = [c for c, ok in rec.trajectory[-1].get("checks", []) if not ok]
+        return [f"rule 4: the oracle with recovery scored {rec.reward}: {'; '.join(failed)[:300]}"]
+    clean = run_episode_sync(task, clean_variant(task), OracleAgent(), run_id="validity", seed=0)
+    if _actions(rec.trajectory) != _actions(clean.trajectory):
+        return ["rule 3: the gold actions differ from the clean task's: the goal changed"]
+    return []
+
+
+def _actions(trajectory: list[dict[str, object]]) -> list[tuple[str, str]]:
+    return [(str(e["tool"]), repr(e.get("args"))) for e in trajectory
+            if e.get("role") == "assistant" and "tool" in e and e["tool"] != "ask_user"]
+
+
+def make_variant(task: Task, family: str, seed: int, *, validate: bool = True) -> Variant:
+    """Deterministic variant of ``task`` for ``family`` and ``seed``."""
+    if family == CLEAN:
+        return clean_variant(task)
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; expected 'clean' or one of {', '.join(FAMILIES)}")
+    ops = [op for op in operators(family) if op.applicable(task)]
+    if not ops:
+        raise VariantSkipped(f"{task.key}: no {family} operator applies "
+                             f"(catalog: {', '.join(o.id for o in operators(family)) or 'empty'})")
+    reasons = []
+    for attempt in range(MAX_ATTEMPTS):
+        rng = random.Random(f"{task.key}|{family}|{seed + attempt}")
+        op = rng.choice(ops)
+        edit = op.apply(task, rng)
+        if edit is None:
+            reasons.append(f"{op.id}: nothing to edit")
+            continue
+        v = Variant(task=task.key, family=family, operator=op.id, seed=seed + attempt,
+                    surfaces=edit.surfaces, canaries=edit.canaries, recovery=edit.recovery,
+                    note=edit.note)
+        v = replace(v, diff=surface_diff(task, family_parts(family)[0], edit.surfaces))
+        problems = check_variant(task, v, oracle_check=validate)
+        if not problems:
+            return v
+        reasons.append(f"{op.id} (seed {seed + attempt}): {'; '.join(problems)}")
+    raise VariantSkipped(f"{task.key} [{family}]: no valid variant after {MAX_ATTEMPTS} attempts: "
+                         + " | ".join(reasons))
+
+
+_LOADED: list[bool] = []
+
+
+def _load_builtin() -> None:
+    """Import the built-in operator modules once (they register on import)."""
+    if not _LOADED:
+        _LOADED.append(True)
+        from . import text_ops, tool_ops  # noqa: F401
+
+
+def register_all(ops: Iterable[Operator]) -> None:
+    """Register several operators (used by plugins via the hook)."""
+    for op in ops:
+        register(op)
+
+
+OperatorFactory = Callable[[], Operator]

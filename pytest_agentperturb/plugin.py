@@ -1,0 +1,62 @@
+"""pytest entry point: options, markers, hooks.  Inert without ``--agentperturb``.
+
+The heavy session object is imported and registered only when the feature is
+on, so a plain ``pytest`` run pays nothing (no litellm, pandas or scipy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import options
+from .task import TARGETS, TYPES
+
+MARKERS = {
+    "clean": "agentperturb: the unperturbed episode of a task",
+    **{t: f"agentperturb: perturbation of the {t} surface" for t in TARGETS},
+    **{k: f"agentperturb: perturbation of type {k}" for k in TYPES},
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.addoption(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+    if not options.is_enabled(config):
+        return
+    from .session import SESSION_KEY, AgentPerturbSession
+
+    session = AgentPerturbSession(config, options.resolve(config))
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, "agentperturb-session")
+
+
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if not options.is_enabled(parent.config) or not (path / "suite.toml").is_file():
+        return None
+    from .collect import SuiteDirectory
+
+    return SuiteDirectory.from_parent(parent, path=path)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_agentperturb_make_agent(model: str, config: pytest.Config) -> Any:
+    from .agents import REFERENCE_AGENTS
+
+    if model in REFERENCE_AGENTS:
+        return REFERENCE_AGENTS[model]()
+    raise pytest.UsageError(
+        f"--agentperturb-model {model!r}: unknown agent. Built-in baselines: {', '.join(REFERENCE_AGENTS)}."
+    )

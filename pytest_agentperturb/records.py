@@ -1,0 +1,135 @@
+"""Typed records: variants, canaries, episodes, and the one column list.
+
+Every episode becomes one :class:`EpisodeRecord`; the store's ``episodes``
+table, the CSV export and the ``analyze`` input all use :data:`COLUMNS`
+(DESIGN.md section 3).  ERROR is an outcome of its own, never a FAIL.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .task import CLEAN, Surfaces, family_parts
+
+#: Column order of the ``episodes`` table (DESIGN.md section 3).
+COLUMNS: tuple[str, ...] = (
+    "run_id", "model", "suite", "task", "family", "target", "type", "operator", "seed",
+    "reward", "success", "compliance", "input_tokens", "output_tokens", "reasoning_tokens",
+    "cost_usd", "tool_calls", "turns", "wall_s", "error", "awareness", "behaviour", "trajectory",
+)
+
+
+class Outcome(str, enum.Enum):
+    """How an episode ended; ERROR means it could not be scored."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A planted artefact whose appearance proves the perturbation was taken up.
+
+    ``kind`` is one of ``value`` (planted wrong value), ``tool`` (fake or
+    renamed tool name), ``text`` (distractor content), ``omitted`` (the true
+    value of a removed fact: using it means the agent recovered it) and
+    ``goal`` (an injected goal).
+    """
+
+    kind: str
+    text: str
+    fact: str = ""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One instance of a task: the clean one or a perturbed one.
+
+    ``recovery`` lists the fact ids the user simulator hands back on request
+    (DESIGN.md section 2, rule 4).
+    """
+
+    task: str
+    family: str
+    operator: str
+    seed: int
+    surfaces: Surfaces
+    canaries: tuple[Canary, ...] = ()
+    recovery: tuple[str, ...] = ()
+    diff: str = ""
+    note: str = ""
+
+    @property
+    def target(self) -> str:
+        return family_parts(self.family)[0]
+
+    @property
+    def type(self) -> str:
+        return family_parts(self.family)[1]
+
+    @property
+    def is_clean(self) -> bool:
+        return self.family == CLEAN
+
+
+@dataclass
+class EpisodeRecord:
+    """One row of the ``episodes`` table plus the outcome."""
+
+    run_id: str
+    model: str
+    suite: str
+    task: str
+    family: str
+    target: str
+    type: str
+    operator: str
+    seed: int
+    reward: float | None = None
+    success: bool | None = None
+    compliance: bool | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = None
+    tool_calls: int = 0
+    turns: int = 0
+    wall_s: float = 0.0
+    error: str = ""
+    awareness: str = ""
+    behaviour: str = ""
+    trajectory: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.error:
+            return Outcome.ERROR
+        return Outcome.PASS if self.success else Outcome.FAIL
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str, int]:
+        """Identity of an episode within the store."""
+        return (self.run_id, self.model, self.suite, self.task, self.family, self.seed)
+
+    def to_row(self) -> dict[str, Any]:
+        """Column -> value, trajectory as JSON text, in :data:`COLUMNS` order."""
+        d = asdict(self)
+        d["trajectory"] = json.dumps(self.trajectory, ensure_ascii=False, sort_keys=True)
+        return {c: d[c] for c in COLUMNS}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> EpisodeRecord:
+        """Inverse of :meth:`to_row` (also accepts SQLite ints for booleans)."""
+        d = {f.name: row.get(f.name) for f in fields(cls) if f.name in row}
+        for b in ("success", "compliance"):
+            if d.get(b) is not None:
+                d[b] = bool(d[b])
+        traj = d.get("trajectory")
+        d["trajectory"] = json.loads(traj) if isinstance(traj, str) and traj else (traj or [])
+        for k in ("error", "awareness", "behaviour"):
+            d[k] = d.get(k) or ""
+        return cls(**d)

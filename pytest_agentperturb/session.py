@@ -1,0 +1,216 @@
+"""The session object, registered only when ``--agentperturb`` is on.
+
+On every process it runs episodes for its items and writes them to the store.
+On the xdist controller (or the only process without xdist) it gathers the
+per-item records that travel on the test reports, prints the summary and
+writes the HTML report once, at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from . import __version__
+from .errors import VariantSkipped
+from .options import Settings
+from .records import EpisodeRecord, Variant
+from .task import CLEAN, TARGETS
+
+if TYPE_CHECKING:
+    from .agents.base import Agent
+    from .collect import PerturbItem
+    from .store import Store
+
+SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
+REPORT_ATTR = "agentperturb"
+
+
+def variant_digest(task_digest: str, variant: Variant) -> str:
+    """Identity of the exact instance an episode ran on (guards resume)."""
+    h = hashlib.sha256()
+    for part in (__version__, task_digest, variant.family, variant.operator, str(variant.seed)):
+        h.update(part.encode() + b"\0")
+    for t in TARGETS:
+        h.update(variant.surfaces.render(t).encode())
+    return h.hexdigest()
+
+
+class AgentPerturbSession:
+    """Per-process state of one pytest session (kept in ``config.stash``)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.is_worker = hasattr(config, "workerinput")
+        self._store: Store | None = None
+        self._agents: dict[str, Agent] = {}
+        self._variants: dict[tuple[str, str, int], Variant | VariantSkipped] = {}
+        self.records: list[dict[str, Any]] = []
+        self.skipped: list[tuple[str, str]] = []
+        self.started = time.perf_counter()
+
+    # -- lifecycle ------------------------------------------------------------
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        for m in self.settings.models:
+            self.agent(m)  # fail fast on an unknown model
+        if not self.is_worker:
+            self.store().record_run(self.settings.run_id, {
+                "seed": self.settings.seed, "models": list(self.settings.models),
+                "families": list(self.settings.families), "version": __version__,
+            })
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        s = self.settings
+        return [
+            f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.models)}",
+            f"agentperturb: store={s.store} report={s.report}"
+            + (" (resume)" if s.resume else ""),
+        ]
+
+    def store(self) -> Store:
+        if self._store is None:
+            from .store import Store
+
+            self._store = Store(self.settings.store)
+        return self._store
+
+    def agent(self, model: str) -> Agent:
+        if model not in self._agents:
+            agent = self.config.hook.pytest_agentperturb_make_agent(model=model, config=self.config)
+            if agent is None:
+                raise pytest.UsageError(f"--agentperturb-model {model!r}: no agent runner accepts this name")
+            self._agents[model] = agent
+        return self._agents[model]
+
+    # -- running ---------------------------------------------------------------
+    def variant(self, item: PerturbItem) -> Variant:
+        from .perturb import make_variant
+
+        key = (item.task.key, item.family, item.seed)
+        if key not in self._variants:
+            try:
+                self._variants[key] = make_variant(item.task, item.family, item.seed)
+            except VariantSkipped as exc:
+                self._variants[key] = exc
+        v = self._variants[key]
+        if isinstance(v, VariantSkipped):
+            self.skipped.append((item.nodeid, str(v)))
+            pytest.skip(str(v))
+        return v
+
+    def run_item(self, item: PerturbItem) -> None:
+        """Run (or, with --agentperturb-resume, reuse) the item's episode and store it."""
+        from .runner import run_episode
+
+        variant = self.variant(item)
+        digest = variant_digest(item.task.digest(), variant)
+        s = self.settings
+        key = (s.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed)
+        if s.resume:
+            old = self.store().get(key, digest)
+            if old is not None:
+                item.record, item.reused = old, True
+                return
+        rec = asyncio.run(run_episode(item.task, variant, self.agent(item.model), run_id=s.run_id,
+                                      seed=item.seed))
+        rec.model = item.model
+        self.store().put(rec, digest)
+        item.record = rec
+        self.config.hook.pytest_agentperturb_episode_recorded(record=rec, config=self.config)
+
+    def check_item(self, item: PerturbItem) -> None:
+        """Strict mode hook point: the plain run never fails an item for its verdict."""
+
+    # -- reporting -------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        from .collect import PerturbItem
+
+        if isinstance(item, PerturbItem) and item.record is not None:
+            final = report.when == "call" or (report.when == "setup" and not report.passed)
+            if final:
+                row = item.record.to_row()
+                row["trajectory"] = item.record.trajectory
+                row.update(reused=item.reused, nodeid=item.nodeid, threshold=item.task.threshold)
+                setattr(report, REPORT_ATTR, row)
+                if report.when == "call":
+                    verdict = "pass" if item.record.success else "fail"
+                    props = [("agentperturb_family", item.family), ("agentperturb_model", item.model),
+                             ("agentperturb_operator", item.record.operator),
+                             ("agentperturb_seed", item.seed), ("agentperturb_reward", item.record.reward),
+                             ("agentperturb_verdict", verdict)]
+                    if item.record.compliance is not None:
+                        props.append(("agentperturb_compliance",
+                                      "compliance" if item.record.compliance else "bypass"))
+                    for p in props:
+                        if p not in item.user_properties:
+                            item.user_properties.append(p)
+                    report.user_properties = list(item.user_properties)
+                report.sections.append(("agentperturb", item.reproduce_line()))
+        return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        row = getattr(report, REPORT_ATTR, None)
+        if row is None or report.when != "call" or not report.passed:
+            return None
+        ok = bool(row["success"])
+        word = "PASS" if ok else "FAIL"
+        if row["compliance"] is not None:
+            word += " compliance" if row["compliance"] else " bypass"
+        if row.get("reused"):
+            word += " (reused)"
+        if ok:
+            return "passed", ".", (word, {"green": True})
+        return "agent-failed", "f", (word, {"yellow": True})
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        row = getattr(report, REPORT_ATTR, None)
+        if row is not None and not self.is_worker:
+            self.records.append(row)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._store is not None:
+            self._store.close()
+        if self.is_worker:
+            return
+        from .report import write_report
+
+        self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"]))
+        write_report(self.settings.report, self.records, self.settings, skipped=self.skipped)
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.is_worker:
+            return
+        tr = terminalreporter
+        reused = sum(1 for r in self.records if r.get("reused"))
+        errors = sum(1 for r in self.records if r.get("error"))
+        tr.write_sep("=", "agentperturb")
+        tr.write_line(f"episodes run: {len(self.records) - reused}, reused: {reused}, errors: {errors}, "
+                      f"wall time: {time.perf_counter() - self.started:.1f} s")
+        from .metrics import summary_lines
+
+        for line in summary_lines(self.records):
+            tr.write_line(line)
+        failed = [r for r in self.records if r["success"] is False]
+        if failed:
+            tr.write_line(f"agent failures: {len(failed)} (first 5 below; all in the report)")
+            for r in failed[:5]:
+                tr.write_line(f"  {r['nodeid']}  reward={r['reward']}  "
+                              f"reproduce: pytest --agentperturb '{r['nodeid']}' "
+                              f"--agentperturb-seed {self.settings.seed} --agentperturb-model {r['model']}")
+        tr.write_line(f"report: {self.settings.report}")
+        tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")
+
+    @staticmethod
+    def dumps(row: dict[str, Any]) -> str:
+        return json.dumps(row, sort_keys=True, ensure_ascii=False)
+
+
+__all__ = ["SESSION_KEY", "AgentPerturbSession", "EpisodeRecord", "CLEAN"]

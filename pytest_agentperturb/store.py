@@ -1,0 +1,127 @@
+"""The results store: one SQLite file, an ``episodes`` table, safe under xdist.
+
+Every worker opens its own connection in WAL mode with a generous busy
+timeout and commits each episode as soon as it is scored, so a run killed
+mid-way loses at most the episodes in flight.  Rows are keyed by
+(run_id, model, suite, task, family, seed): writing the same episode again
+replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
+reused only if the variant it was run on is byte-identical to today's.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from .records import COLUMNS, EpisodeRecord
+
+SCHEMA_VERSION = 1
+_TYPES = {
+    "seed": "INTEGER", "reward": "REAL", "success": "INTEGER", "compliance": "INTEGER",
+    "input_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
+    "cost_usd": "REAL", "tool_calls": "INTEGER", "turns": "INTEGER", "wall_s": "REAL",
+}
+KEY = ("run_id", "model", "suite", "task", "family", "seed")
+
+
+class Store:
+    """SQLite-backed episode store."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA busy_timeout=60000")
+        self._create()
+
+    def _create(self) -> None:
+        cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in COLUMNS)
+        with self._tx():
+            self._conn.execute(
+                f"CREATE TABLE IF NOT EXISTS episodes ({cols}, variant_digest TEXT, recorded_at REAL, "
+                f"PRIMARY KEY ({', '.join(KEY)}))"
+            )
+            self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, created REAL, config TEXT)"
+            )
+
+    def _tx(self) -> Any:
+        conn = self._conn
+
+        class _Tx:
+            def __enter__(self) -> None:
+                conn.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, exc_type: Any, *_: Any) -> None:
+                conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+        return _Tx()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def record_run(self, run_id: str, config: dict[str, Any]) -> None:
+        """Remember a run's configuration (first writer wins)."""
+        with self._tx():
+            self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
+                               (run_id, time.time(), json.dumps(config, sort_keys=True)))
+
+    def put(self, rec: EpisodeRecord, variant_digest: str = "") -> None:
+        """Insert or replace one episode, committed at once."""
+        row = rec.to_row()
+        names = [*COLUMNS, "variant_digest", "recorded_at"]
+        vals = [row[c] for c in COLUMNS] + [variant_digest, time.time()]
+        with self._tx():
+            self._conn.execute(
+                f"INSERT OR REPLACE INTO episodes ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                vals,
+            )
+
+    def get(self, key: tuple[str, str, str, str, str, int], variant_digest: str) -> EpisodeRecord | None:
+        """A recorded, error-free episode of that key and variant, if any."""
+        q = " AND ".join(f"{k} = ?" for k in KEY)
+        cur = self._conn.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM episodes WHERE {q} AND variant_digest = ? "
+            "AND (error IS NULL OR error = '')",
+            (*key, variant_digest),
+        )
+        row = cur.fetchone()
+        return EpisodeRecord.from_row(dict(zip(COLUMNS, row))) if row else None
+
+    def episodes(self, run_id: str | None = None) -> Iterator[EpisodeRecord]:
+        """All episodes (of one run), in key order."""
+        where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        cur = self._conn.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM episodes {where} ORDER BY {', '.join(KEY)}", args
+        )
+        for row in cur:
+            yield EpisodeRecord.from_row(dict(zip(COLUMNS, row)))
+
+    def count(self, run_id: str | None = None) -> int:
+        where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
+        return int(self._conn.execute(f"SELECT COUNT(*) FROM episodes {where}", args).fetchone()[0])
+
+
+def read_episodes(path: Path | str, run_id: str | None = None) -> list[EpisodeRecord]:
+    """Every episode in a store file (read-only use)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no results store here; run pytest --agentperturb first "
+                                "or pass --store PATH")
+    with closing(Store(path)) as s:
+        return list(s.episodes(run_id))
+
+
+def put_all(path: Path | str, records: Iterable[EpisodeRecord]) -> None:
+    """Write several records (tests and imports)."""
+    with closing(Store(path)) as s:
+        for r in records:
+            s.put(r)
