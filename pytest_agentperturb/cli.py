@@ -1,0 +1,49 @@
+"""The ``agentperturb`` command: work with suites, variants and stores outside pytest.
+
+Each command family lives in its own module, which exposes
+``add_commands(subparsers)``; every sub-parser sets ``func`` to a callable
+taking the parsed namespace and returning the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import AgentPerturbError
+
+#: Modules contributing sub-commands (each defines ``add_commands``).
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentperturb", description="Robustness of LLM agents under perturbation.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for usage and input errors)."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (AgentPerturbError, FileNotFoundError) as exc:
+        logging.getLogger("agentperturb").error("error: %s", exc)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
