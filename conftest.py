@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas  # noqa: F401  numpy cannot be imported twice: in-process pytester runs must find it loaded
 import pytest
 
 ROOT = Path(__file__).resolve().parent

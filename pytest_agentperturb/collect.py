@@ -111,9 +111,15 @@ class PerturbItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reproduce_line(self) -> str:
-        seed = self.config.stash[SESSION_KEY].settings.seed
-        return (f"reproduce: pytest --agentperturb '{self.nodeid}' --agentperturb-seed {seed} "
-                f"--agentperturb-model {self.model}")
+        return reproduce_line(self.nodeid, self.model, self.config.stash[SESSION_KEY].settings.seed)
+
+
+def reproduce_line(nodeid: str, model: str, seed: int) -> str:
+    """A command that re-runs exactly one item (pytest rejects '::' after a folder, so -k)."""
+    suite, task, name = nodeid.split("::")[:3]
+    family = name.split("[", 1)[0]
+    return (f"reproduce: pytest --agentperturb {suite} -k '{task} and {family}' "
+            f"--agentperturb-model {model} --agentperturb-seed {seed}")
 
 
 from .session import SESSION_KEY  # noqa: E402  (session imports this module's classes lazily)

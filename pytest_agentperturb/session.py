@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import __version__
-from .errors import VariantSkipped
+from .errors import InfrastructureError, VariantSkipped
 from .options import Settings
 from .records import EpisodeRecord, Variant
 from .task import CLEAN, TARGETS
@@ -133,6 +133,9 @@ class AgentPerturbSession:
         report = yield
         from .collect import PerturbItem
 
+        if isinstance(item, PerturbItem) and call.excinfo is not None and report.when == "setup" \
+                and isinstance(call.excinfo.value, InfrastructureError):
+            report.longrepr = item.repr_failure(call.excinfo)  # no harness traceback for a provider error
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
@@ -201,10 +204,11 @@ class AgentPerturbSession:
         failed = [r for r in self.records if r["success"] is False]
         if failed:
             tr.write_line(f"agent failures: {len(failed)} (first 5 below; all in the report)")
+            from .collect import reproduce_line
+
             for r in failed[:5]:
-                tr.write_line(f"  {r['nodeid']}  reward={r['reward']}  "
-                              f"reproduce: pytest --agentperturb '{r['nodeid']}' "
-                              f"--agentperturb-seed {self.settings.seed} --agentperturb-model {r['model']}")
+                tr.write_line(f"  {r['nodeid']}  reward={r['reward']}")
+                tr.write_line(f"    {reproduce_line(r['nodeid'], r['model'], self.settings.seed)}")
         tr.write_line(f"report: {self.settings.report}")
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")
 

@@ -1,0 +1,100 @@
+"""Real subprocess runs: -n 2 equals a serial run; a SIGKILLed run resumes to exactly the right rows."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+N_TASKS = len([p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()])
+
+SLOW_AGENT = '''
+import asyncio
+import pytest
+from pytest_agentperturb.agents.reference import CarefulAgent
+
+class Slow(CarefulAgent):
+    name = "test/slow"
+    async def run(self, ctx):
+        await asyncio.sleep(0.15)
+        await super().run(ctx)
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_agentperturb_make_agent(model, config):
+    return Slow() if model == "test/slow" else None
+'''
+
+
+def _project(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "suites" / "workflows", tmp_path / "suites" / "workflows")
+    return tmp_path
+
+
+def _pytest(cwd: Path, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300, **kw)  # type: ignore[call-overload]
+
+
+def _rows(db: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT model, suite, task, family, seed, reward, success, compliance, operator "
+                         "FROM episodes ORDER BY model, suite, task, family, seed").fetchall()
+
+
+def test_xdist_results_equal_serial_results(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    serial = _pytest(proj, "--agentperturb", "suites/workflows", "--agentperturb-store", "serial.sqlite", "-q")
+    parallel = _pytest(proj, "--agentperturb", "suites/workflows", "--agentperturb-store", "xdist.sqlite",
+                       "-q", "-n", "2")
+    assert serial.returncode == 0 and parallel.returncode == 0, parallel.stdout[-2000:]
+    a, b = _rows(proj / "serial.sqlite"), _rows(proj / "xdist.sqlite")
+    assert len(a) == N_TASKS * 26 and a == b
+    # the controller aggregated every worker's episodes into one summary and one report
+    assert f"episodes run: {N_TASKS * 26}, reused: 0" in parallel.stdout
+    assert (proj / "reports" / "agentperturb.html").stat().st_size > 10_000
+
+
+def test_sigkill_then_resume_ends_with_exactly_the_expected_rows(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    (proj / "conftest.py").write_text(SLOW_AGENT)
+    args = ["--agentperturb", "suites/workflows", "--agentperturb-model", "test/slow",
+            "--agentperturb-families", "clean,user-missing,tool-incorrect", "-q"]
+    expected = N_TASKS * 3
+    db = proj / "reports" / "agentperturb.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, "-n", "2"],
+                            cwd=proj, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if db.exists():
+            try:
+                with sqlite3.connect(db, timeout=5) as c:
+                    if c.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] >= 6:
+                        break
+            except sqlite3.OperationalError:
+                pass
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    done = len(_rows(db))
+    assert 6 <= done < expected, "the run was not killed mid-way; slow the agent down"
+
+    resumed = _pytest(proj, *args, "--agentperturb-resume")
+    assert resumed.returncode == 0, resumed.stdout[-2000:]
+    m = re.search(r"episodes run: (\d+), reused: (\d+)", resumed.stdout)
+    assert m and (int(m.group(1)), int(m.group(2))) == (expected - done, done), resumed.stdout[-1500:]
+    rows = _rows(db)
+    assert len(rows) == expected
+    assert len({r[:5] for r in rows}) == expected  # no duplicates
+
+    # a fresh run of the same command (no kill) gives the same rewards as the resumed store
+    fresh = _pytest(proj, *args, "--agentperturb-store", "fresh.sqlite")
+    assert fresh.returncode == 0
+    assert _rows(proj / "fresh.sqlite") == rows
