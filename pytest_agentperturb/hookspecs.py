@@ -34,6 +34,7 @@ def pytest_agentperturb_register_operators(register: Callable[[Operator], Operat
 @pytest.hookspec
 def pytest_agentperturb_report_sections(records: list[EpisodeRecord], config: pytest.Config) -> list[tuple[str, str]]:
     """Return extra (title, escaped HTML) sections for the HTML report."""
+    raise NotImplementedError
 
 
 @pytest.hookspec

@@ -124,7 +124,7 @@ class EpisodeRecord:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EpisodeRecord:
         """Inverse of :meth:`to_row` (also accepts SQLite ints for booleans)."""
-        d = {f.name: row.get(f.name) for f in fields(cls) if f.name in row}
+        d: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls) if f.name in row}
         for b in ("success", "compliance"):
             if d.get(b) is not None:
                 d[b] = bool(d[b])

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..errors import ToolError
 from ..office import Environment, observation
 from ..records import Variant
-from ..task import Task
+from ..task import Surfaces, Task
 
 #: Name of the clarification tool every agent may call.
 ASK_USER = "ask_user"
@@ -96,7 +96,7 @@ class EpisodeContext:
     estimated_usage: bool = False
 
     @property
-    def surfaces(self) -> Any:
+    def surfaces(self) -> Surfaces:
         """The surfaces this instance shows the agent."""
         return self.variant.surfaces
 

@@ -58,7 +58,7 @@ def choose_tool(ctx: EpisodeContext, planned: str, follow_redirects: bool) -> st
     best = difflib.get_close_matches(planned, names, n=1, cutoff=0.5)
     if best:
         return best[0]
-    norm = {n.lower().replace("-", "_"): n for n in names}
+    norm: dict[str, str] = {n.lower().replace("-", "_"): n for n in names}
     return norm.get(planned)
 
 
