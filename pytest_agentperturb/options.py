@@ -43,7 +43,8 @@ def addoption(parser: pytest.Parser) -> None:
                 help="agent/model to run, repeatable: reference/oracle, reference/literal, "
                      f"reference/careful (default: {', '.join(DEFAULT_MODELS)}).")
     g.addoption(FAMILIES_OPT, default=None, metavar="LIST",
-                help="comma-separated families to collect: clean and/or <target>-<type> (default: all 13).")
+                help="comma-separated families to collect: clean, <target>-<type> and/or inserted objects "
+                     "(inserted-fake-tool, inserted-distractor-turn, inserted-injection) (default: all 16).")
     g.addoption(SEED, type=int, default=None, metavar="N",
                 help="session seed; per-item seeds derive from it and the item (default: 0).")
     g.addoption(STORE, default=None, metavar="PATH", help=f"results store (default: {DEFAULT_STORE}).")
@@ -105,9 +106,9 @@ def resolve(config: pytest.Config) -> Settings:
         families = tuple(parse_families(fams)) if fams else ()
     except ValueError as exc:
         raise pytest.UsageError(f"{src}: {exc}") from None
-    from .task import CLEAN, FAMILIES
+    from .task import CLEAN, FAMILIES, INSERTED
 
-    families = families or (CLEAN, *FAMILIES)
+    families = families or (CLEAN, *FAMILIES, *INSERTED)
 
     seed_raw, src = _pick(config, SEED)
     sources["seed"] = src

@@ -18,6 +18,7 @@ MARKERS = {
     "clean": "agentperturb: the unperturbed episode of a task",
     **{t: f"agentperturb: perturbation of the {t} surface" for t in TARGETS},
     **{k: f"agentperturb: perturbation of type {k}" for k in TYPES},
+    "inserted": "agentperturb: an inserted object (fake tool, distractor turn, injected instruction)",
 }
 
 

@@ -36,8 +36,10 @@ class Canary:
 
     ``kind`` is one of ``value`` (planted wrong value), ``tool`` (fake or
     renamed tool name), ``text`` (distractor content), ``omitted`` (the true
-    value of a removed fact: using it means the agent recovered it) and
-    ``goal`` (an injected goal).
+    value of a removed fact: using it means the agent recovered it),
+    ``inverted`` (the true value of a fact whose governing rule was inverted:
+    not using it, without asking, means the agent followed the inverted rule)
+    and ``goal`` (an injected goal).
     """
 
     kind: str
@@ -46,11 +48,26 @@ class Canary:
 
 
 @dataclass(frozen=True)
+class Injection:
+    """An instruction planted inside the output of one tool (an inserted object).
+
+    The runner appends ``{"note": text}`` to every successful result of the
+    tool with true name ``tool``; the environment and the grader files stay
+    untouched.  ``goal`` is the canary of the injected goal.
+    """
+
+    tool: str
+    text: str
+    goal: str
+
+
+@dataclass(frozen=True)
 class Variant:
     """One instance of a task: the clean one or a perturbed one.
 
     ``recovery`` lists the fact ids the user simulator hands back on request
-    (DESIGN.md section 2, rule 4).
+    (DESIGN.md section 2, rule 4).  ``injections`` filter tool observations
+    (the inserted-injection object); clean and most variants have none.
     """
 
     task: str
@@ -62,6 +79,7 @@ class Variant:
     recovery: tuple[str, ...] = ()
     diff: str = ""
     note: str = ""
+    injections: tuple[Injection, ...] = ()
 
     @property
     def target(self) -> str:

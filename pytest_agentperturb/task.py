@@ -41,6 +41,15 @@ TYPES: tuple[str, ...] = ("missing", "redundant", "incorrect")
 #: The 12 families, ``<target>-<type>``.
 FAMILIES: tuple[str, ...] = tuple(f"{t}-{k}" for t in TARGETS for k in TYPES)
 CLEAN = "clean"
+#: Inserted objects (DESIGN.md section 1): parameters beside the 12 families.
+#: Each id maps to the surface the planted artefact lives on; their type is
+#: ``inserted``.  The injection lives in tool outputs (returned fields).
+INSERTED: dict[str, str] = {
+    "inserted-fake-tool": "tool",
+    "inserted-distractor-turn": "context",
+    "inserted-injection": "tool",
+}
+INSERTED_TYPE = "inserted"
 
 #: Default file of each surface inside a task folder.
 SURFACE_FILES: dict[str, str] = {
@@ -363,8 +372,14 @@ def load_suite(path: Path) -> Suite:
                  threshold=float(threshold), task_dirs=dirs)
 
 
-def load_task(path: Path, suite: str | None = None, threshold: float = 1.0) -> Task:
-    """Load and validate one task folder."""
+def load_task(path: Path, suite: str | None = None, threshold: float = 1.0, *,
+              check_statements: bool = True) -> Task:
+    """Load and validate one task folder.
+
+    ``check_statements=False`` skips the check that every fact is stated on
+    its declared surfaces: a perturbed variant written to disk removes or
+    corrupts exactly those statements, while its task.toml stays the clean one.
+    """
     path = Path(path)
     tpath = path / "task.toml"
     meta = _toml(tpath)
@@ -433,7 +448,7 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0) -> T
         for s in where_surf:
             if s not in TARGETS:
                 raise TaskFormatError(tpath, f"{where}surfaces", f"surfaces among {', '.join(TARGETS)}", repr(s))
-            if value not in surfaces.render(s):
+            if check_statements and value not in surfaces.render(s):
                 raise TaskFormatError(tpath, f"{where}value", f"{value!r} stated verbatim on surface '{s}'",
                                       "no such text", f"state the value in {files[s]} or drop '{s}'")
         fact = Fact(id=fid, value=value, surfaces=where_surf, kind=kind, pattern=pattern,
@@ -444,7 +459,7 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0) -> T
                                   repr(fact.domain))
         found = [m.group(m.lastindex or 0) for m in fact.regex().finditer(surfaces.render(where_surf[0]))] \
             if where_surf else []
-        if where_surf and value not in found:
+        if check_statements and where_surf and value not in found:
             raise TaskFormatError(tpath, f"{where}pattern", f"a pattern that captures {value!r}",
                                   f"captures {found[:5]!r}", "adjust kind or pattern")
         facts.append(fact)
@@ -492,22 +507,33 @@ def load_tasks(suite_path: Path) -> Iterator[Task | TaskFormatError]:
 
 
 def family_parts(family: str) -> tuple[str, str]:
-    """``tool-missing`` -> (``tool``, ``missing``); ``clean`` -> (``clean``, ``clean``)."""
+    """``tool-missing`` -> (``tool``, ``missing``); ``clean`` -> (``clean``, ``clean``).
+
+    An inserted object's id maps to (its surface, ``inserted``).
+    """
     if family == CLEAN:
         return CLEAN, CLEAN
+    if family in INSERTED:
+        return INSERTED[family], INSERTED_TYPE
     target, _, typ = family.partition("-")
     return target, typ
 
 
 def parse_families(spec: Sequence[str] | str) -> list[str]:
-    """Validate a list of family names (comma-separated or repeated)."""
+    """Validate a list of family names (comma-separated or repeated).
+
+    Accepts ``clean``, the 12 ``<target>-<type>`` families and the inserted
+    object ids of :data:`INSERTED`; anything else raises ``ValueError`` that
+    lists the valid names.
+    """
     items = [s.strip() for part in ([spec] if isinstance(spec, str) else spec) for s in part.split(",")]
     out = []
     for s in items:
         if not s:
             continue
-        if s != CLEAN and s not in FAMILIES:
-            raise ValueError(f"unknown family {s!r}; expected 'clean' or one of {', '.join(FAMILIES)}")
+        if s != CLEAN and s not in FAMILIES and s not in INSERTED:
+            raise ValueError(f"unknown family {s!r}; expected 'clean', one of {', '.join(FAMILIES)}, "
+                             f"or an inserted object: {', '.join(INSERTED)}")
         if s not in out:
             out.append(s)
     return out

@@ -5,19 +5,22 @@ arguments written against facts) and differ in how they obtain fact values
 and tool names from what they are shown:
 
 ``reference/oracle``
-    Replays the gold solution with the true facts; facts that the variant's
-    recovery annotation marks as omitted or corrupted are obtained by asking
-    the user simulator.  A clean oracle run scores 1.0 on every task; on a
+    Replays the gold solution with the true facts that the surfaces still
+    state; facts that the variant's recovery annotation marks as omitted or
+    corrupted are obtained by asking the user simulator.  A clean oracle run scores 1.0 on every task; on a
     variant it proves the recovery path works.
 ``reference/literal``
     Reads the surfaces in prompt order and takes the first value it finds for
     each fact; never asks; calls the advertised tool that best matches the
-    plan and follows "use this instead" notes; never retries.
+    plan and follows "use this instead" notes; never retries; carries out an
+    instruction found in a tool output when it has the fixed injected phrasing
+    (call <tool> with k=v, ...).
 ``reference/careful``
     Collects every candidate value, cross-checks conflicting or unverified
     ones against tool observations, asks the user when a fact is missing or
     in conflict, retries near-miss tool names and invalid enum values, and
-    re-reads the state before finishing.
+    re-reads the state before finishing.  Ignores instructions that arrive
+    inside tool outputs.
 
 All are deterministic: the same variant gives the same trajectory.
 """
@@ -31,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..task import FACT_KINDS, Fact, Step, fill
-from .base import ERROR_PREFIX, NEUTRAL_REPLY, EpisodeContext
+from .base import ERROR_PREFIX, NEUTRAL_REPLY, EpisodeContext, injected_call
 
 UNKNOWN = "TBD"
 _INSTEAD = re.compile(r"(?:instead of|replaces|supersedes)\s+`?([A-Za-z0-9_.-]+)", re.I)
@@ -81,13 +84,24 @@ def advertised_args(ctx: EpisodeContext, tool: str, args: Mapping[str, Any]) -> 
 
 
 class OracleAgent:
-    """Gold replay; asks the simulator for facts the variant made unavailable."""
+    """Gold replay that has to *find* each fact it uses on what it is shown.
+
+    A fact counts as available when its true value is still stated on the
+    variant's surfaces (as :meth:`Fact.find` reads them) or when it states no
+    surface at all; a fact named by the recovery annotation is asked for.
+    Anything else is unknown, so a variant that silently loses a fact fails
+    the solvability check instead of passing it on the oracle's knowledge.
+    """
 
     name = "reference/oracle"
     baseline = True
 
     async def run(self, ctx: EpisodeContext) -> None:
-        values = ctx.task.fact_values()
+        texts = ctx.surfaces.texts()
+        values = {}
+        for fact in ctx.task.facts:
+            stated = not fact.surfaces or fact.value in {v for _, v in fact.find(texts)}
+            values[fact.id] = fact.value if stated else UNKNOWN
         for fid in ctx.variant.recovery:
             fact = ctx.task.fact(fid)
             ctx.model_turn(fact.question)
@@ -113,13 +127,19 @@ class LiteralAgent:
         for fid in _ordered_facts(ctx.task.solution, ctx.task.answer):
             first = next(ctx.task.fact(fid).find(texts), None)
             values[fid] = first[1] if first else UNKNOWN
+        done: list[tuple[str, dict[str, str]]] = []
         for step in ctx.task.solution:
             name = choose_tool(ctx, step.tool, follow_redirects=True)
             if name is None:
                 continue
             args = advertised_args(ctx, name, fill(dict(step.args), values))
             ctx.model_turn(json.dumps(args))
-            ctx.call_tool(name, args)
+            obs = ctx.call_tool(name, args)
+            injected = injected_call(obs)
+            if injected and injected not in done:  # does what the text says, wherever it comes from
+                done.append(injected)
+                ctx.model_turn(json.dumps(injected[1]))
+                ctx.call_tool(*injected)
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))
 

@@ -1,8 +1,10 @@
 """The perturbation engine: operator catalog, variants and validity checks.
 
-See :mod:`pytest_agentperturb.perturb.base` for the rules and
-:mod:`~pytest_agentperturb.perturb.text_ops` /
-:mod:`~pytest_agentperturb.perturb.tool_ops` for the built-in operators.
+See :mod:`pytest_agentperturb.perturb.base` for the rules.  Built-in
+operators, one module per surface: :mod:`.user_ops`, :mod:`.procedure_ops`,
+:mod:`.context_ops`, :mod:`.tool_ops`, plus :mod:`.inserted_ops` for the
+inserted objects; :mod:`.text_ops` holds the fact operators the three text
+surfaces share and :mod:`.helpers` the shared helpers.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from .base import (
     Operator,
     check_variant,
     clean_variant,
+    known_families,
     make_variant,
     operators,
     register,
@@ -21,6 +24,6 @@ from .base import (
 )
 
 __all__ = [
-    "MAX_ATTEMPTS", "REGISTRY", "Edit", "Operator", "check_variant", "clean_variant",
+    "MAX_ATTEMPTS", "REGISTRY", "Edit", "Operator", "check_variant", "clean_variant", "known_families",
     "make_variant", "operators", "register", "surface_diff",
 ]

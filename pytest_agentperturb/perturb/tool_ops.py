@@ -1,8 +1,9 @@
 """Tool-contract operators: patch operations on the advertised ``tools`` list.
 
 Operator ids follow the paper's edit-magnitude study (DESIGN.md section 1):
-``remove_tool``, ``add_fake_tool``, ``replace_enum``, ``replace_description``
-and naming edits.  Only the contract changes; the environment still runs
+``remove_tool``, ``hide_required_argument`` (missing); ``add_fake_tool``,
+``duplicate_alias`` (redundant); ``rename_tool`` (capitalisation, hyphens,
+counterfactual names), ``replace_description``, ``replace_enum`` (incorrect).  Only the contract changes; the environment still runs
 tools under their true names, so a call to an advertised-but-unregistered
 name returns an error observation the agent can recover from.
 """
@@ -115,24 +116,75 @@ class AddFakeTool:
         return Edit(_with_tools(task.surfaces, tools), (Canary("tool", fake),), note=f"added {fake}")
 
 
-class RenameTool:
-    """Advertise a needed tool under a near-miss name (naming edit).
+class DuplicateAlias:
+    """Advertise a needed tool a second time under an alias (``duplicate_alias``).
 
-    Capitalisation and hyphens for underscores: the true name stays
-    recoverable from the advertised one, while a call to the advertised name
-    gets "unknown tool" from the backend.
+    The alias has the same schema and says it is an alias of the true tool,
+    so the contract holds redundant entries; the backend does not register
+    the alias name, and the solution does not change.  The alias is the canary.
+    """
+
+    id = "duplicate_alias"
+    family = "tool-redundant"
+    _ALIASES = ("{name}_v2", "{name}_alias", "do_{name}")
+
+    def applicable(self, task: Task) -> bool:
+        return bool(_used(task))
+
+    def apply(self, task: Task, rng: random.Random) -> Edit | None:
+        base = rng.choice(_used(task))
+        alias = rng.choice(self._ALIASES).format(name=base)
+        if alias in task.surfaces.tool_names():
+            return None
+        tools = _tools(task)
+        at = next(i for i, t in enumerate(tools) if t["function"]["name"] == base)
+        clone = copy.deepcopy(tools[at])
+        clone["function"]["name"] = alias
+        clone["function"]["description"] = f"Alias of {base}, kept for older clients. " + str(
+            clone["function"].get("description", ""))
+        tools.insert(at + rng.choice((0, 1)), clone)
+        return Edit(_with_tools(task.surfaces, tools), (Canary("tool", alias),), note=f"aliased {base} as {alias}")
+
+
+#: Plausible counterfactual verbs for a tool name's action part.
+_COUNTERFACTUAL = {
+    "list": "browse", "update": "modify", "create": "add", "send": "deliver", "search": "find",
+    "read": "open", "move": "relocate", "share": "grant", "comment": "annotate", "submit": "file",
+    "events": "entries",
+}
+
+
+class RenameTool:
+    """Advertise a needed tool under a wrong name (``rename_tool``, a naming edit).
+
+    Styles: capitalisation (``Calendar-Update-Event``), hyphens for
+    underscores (``calendar-update-event``), or a plausible counterfactual
+    name (``calendar_modify_event``).  The backend still runs the tool under
+    its true name, so the task is recoverable (a retry under the true or
+    normalised name, or the oracle's true names); a call to the advertised
+    name gets "unknown tool".  The advertised name is the canary.
     """
 
     id = "rename_tool"
     family = "tool-incorrect"
+
+    @staticmethod
+    def renamed(name: str, style: str) -> str:
+        parts = name.split("_")
+        if style == "hyphen":
+            return "-".join(parts)
+        if style == "title":
+            return "-".join(p.title() for p in parts)
+        return "_".join(_COUNTERFACTUAL.get(p, p) for p in parts)
 
     def applicable(self, task: Task) -> bool:
         return bool(_used(task))
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
         name = rng.choice(_used(task))
-        style = rng.choice(("hyphen", "title"))
-        new_name = name.replace("_", "-") if style == "hyphen" else "-".join(p.title() for p in name.split("_"))
+        new_name = self.renamed(name, rng.choice(("hyphen", "title", "counterfactual")))
+        if new_name == name or new_name in task.surfaces.tool_names():
+            return None
         tools = _tools(task)
         for t in tools:
             if t["function"]["name"] == name:
@@ -141,7 +193,78 @@ class RenameTool:
                     note=f"renamed {name} -> {new_name}")
 
 
-register(RemoveTool())
-register(HideRequiredArgument())
-register(AddFakeTool())
-register(RenameTool())
+class ReplaceDescription:
+    """Give an unneeded tool the description of a needed one (``replace_description``).
+
+    The unneeded tool's description now claims it replaces the needed tool
+    ("Replaces `X`: ..."), a wrong statement about the interface.  The
+    needed tool is still advertised and registered, so the task stays
+    solvable; calling the wrong tool for the job is the canary.
+    """
+
+    id = "replace_description"
+    family = "tool-incorrect"
+
+    def _pairs(self, task: Task) -> list[tuple[str, str]]:
+        used = _used(task)
+        spare = [n for n in task.surfaces.tool_names() if n not in {s.tool for s in task.solution}]
+        return [(u, s) for u in used for s in spare]
+
+    def applicable(self, task: Task) -> bool:
+        return bool(self._pairs(task))
+
+    def apply(self, task: Task, rng: random.Random) -> Edit | None:
+        needed, spare = rng.choice(self._pairs(task))
+        tools = _tools(task)
+        true_desc = str((task.surfaces.tool_schema(needed) or {}).get("description", ""))
+        for t in tools:
+            if t["function"]["name"] == spare:
+                t["function"]["description"] = f"Replaces {needed} (use this instead of {needed}): {true_desc}"
+        return Edit(_with_tools(task.surfaces, tools), (Canary("tool", spare),),
+                    note=f"{spare} now claims to replace {needed}")
+
+
+class ReplaceEnum:
+    """Advertise an argument's enum with values the backend rejects (``replace_enum``).
+
+    For an enum argument a needed call uses, the advertised values become an
+    interface-incompatible spelling (``VIEW`` for ``view``, ``access_view``).
+    The backend keeps its true enum and names the valid values in its error
+    observation, so the call can be repaired.  The planted values are the
+    canaries.
+    """
+
+    id = "replace_enum"
+    family = "tool-incorrect"
+    _STYLES = ("upper", "prefixed")
+
+    def _args(self, task: Task) -> list[tuple[str, str]]:
+        out = []
+        for step in task.solution:
+            fn = task.surfaces.tool_schema(step.tool)
+            props = fn["parameters"].get("properties", {}) if fn else {}
+            for arg in step.args:
+                if isinstance(props.get(arg), dict) and props[arg].get("enum") and (step.tool, arg) not in out:
+                    out.append((step.tool, arg))
+        return out
+
+    def applicable(self, task: Task) -> bool:
+        return bool(self._args(task))
+
+    def apply(self, task: Task, rng: random.Random) -> Edit | None:
+        tool, arg = rng.choice(self._args(task))
+        style = rng.choice(self._STYLES)
+        tools = _tools(task)
+        planted: list[str] = []
+        for t in tools:
+            if t["function"]["name"] == tool:
+                prop = t["function"]["parameters"]["properties"][arg]
+                prop["enum"] = [str(v).upper() if style == "upper" else f"{arg}_{v}" for v in prop["enum"]]
+                planted = list(prop["enum"])
+        return Edit(_with_tools(task.surfaces, tools), tuple(Canary("value", v) for v in planted),
+                    note=f"{tool}.{arg} enum -> {', '.join(planted)}")
+
+
+for _op in (RemoveTool(), HideRequiredArgument(), AddFakeTool(), DuplicateAlias(), RenameTool(),
+            ReplaceDescription(), ReplaceEnum()):
+    register(_op)

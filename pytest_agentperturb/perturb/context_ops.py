@@ -1,0 +1,87 @@
+"""Operators on the context surface (carried-over conversation turns).
+
+Registers the shared fact operators for ``context-*`` plus
+:class:`DropTurn` (a lost exchange) and :class:`PrependUnrelatedHistory`
+(history carried over from an unrelated task).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from ..records import Canary
+from ..task import Task, Turn
+from .base import Edit, register
+from .helpers import facts_on, fresh_decoy, omitted_after
+from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue
+
+
+class DropTurn:
+    """Lose the exchange that stated a needed fact (``drop_turn``).
+
+    The user turn stating the fact and the assistant's acknowledgement right
+    after it are removed, as when a summary or a truncated history loses an
+    exchange.  Applicable only when other turns remain.  The recovery
+    annotation names the lost facts; the user simulator supplies them.
+    """
+
+    id = "drop_turn"
+    family = "context-missing"
+
+    def _spans(self, task: Task) -> list[tuple[int, int]]:
+        turns = task.surfaces.context
+        spans = []
+        for i, t in enumerate(turns):
+            if any(f.stating(t.content) for f in facts_on(task, "context")):
+                end = i + 2 if i + 1 < len(turns) and turns[i + 1].role == "assistant" else i + 1
+                if end - i < len(turns):
+                    spans.append((i, end))
+        return spans
+
+    def applicable(self, task: Task) -> bool:
+        return bool(self._spans(task))
+
+    def apply(self, task: Task, rng: random.Random) -> Edit | None:
+        i, end = rng.choice(self._spans(task))
+        turns = task.surfaces.context
+        new = replace(task.surfaces, context=turns[:i] + turns[end:])
+        gone = omitted_after(task, new)
+        if not gone:
+            return None
+        return Edit(new, tuple(Canary("omitted", f.value, f.id) for f in gone),
+                    recovery=tuple(f.id for f in gone), note=f"dropped turns {i}..{end - 1}")
+
+
+class PrependUnrelatedHistory:
+    """Carry over an exchange from an unrelated earlier task (``prepend_unrelated_history``).
+
+    The exchange mentions a decoy of a fact's shape, in a sentence using that
+    fact's cue words, but it is about another, closed matter; the current
+    task's solution does not change.  The decoy is the canary.
+    """
+
+    id = "prepend_unrelated_history"
+    family = "context-redundant"
+
+    def applicable(self, task: Task) -> bool:
+        return bool(task.facts)
+
+    def apply(self, task: Task, rng: random.Random) -> Edit | None:
+        fact = rng.choice(list(task.facts))
+        d = fresh_decoy(task, fact, rng)
+        if d is None:
+            return None
+        cue = fact.cues[0] if fact.cues else "note"
+        turns = (
+            Turn("user", f"(Earlier, different request) For last year's archive cleanup, the {cue} "
+                         f"reference was {d}. That job is finished."),
+            Turn("assistant", "Understood, the archive cleanup is closed; nothing more to do there."),
+        )
+        new = replace(task.surfaces, context=turns + task.surfaces.context)
+        return Edit(new, (Canary("text", d, fact.id),), note=f"prepended history mentioning {d}")
+
+
+for _op in (DropFactSentence("context"), DropTurn(), AppendUnrelated("context"), PrependUnrelatedHistory(),
+            SwapValue("context"), MisattributeValue("context")):
+    register(_op)

@@ -1,0 +1,339 @@
+"""Perturbed variants on disk: ``agentperturb generate`` and ``agentperturb verify``.
+
+``generate`` writes one folder per (task, family)::
+
+    <out>/<suite>/<task>/<family>/
+        task.toml, instruction.md, ...   the full task folder; the edited
+                                         surface rewritten, every other file
+                                         copied byte for byte
+        manifest.json                    family, operator, seeds, diff of the
+                                         edited surface, canaries, recovery,
+                                         injections, sha256 of every file
+    <out>/<suite>/index.json             variants written and variants skipped,
+                                         each with its reason
+
+Output is deterministic: same suite, families, seed and generator give a
+byte-identical tree (sorted keys, no timestamps, no absolute paths).
+
+``verify`` re-checks every manifest under a folder: checksums, the clean
+task it came from (by the relative path the manifest records), byte
+identity of grader, solution and non-edited surface files, exactly one
+surface changed, the recorded diff, and the solvability run (the oracle,
+following the recovery path, must score 1.0).  One line per breach; exit
+status 1 when there is any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import AgentPerturbError, TaskFormatError, VariantSkipped
+from .records import Canary, Injection, Variant
+from .task import (
+    GRADER_FILES,
+    SURFACE_FILES,
+    TARGETS,
+    Task,
+    family_parts,
+    load_suite,
+    load_task,
+    parse_families,
+)
+
+log = logging.getLogger("agentperturb.variants")
+
+MANIFEST = "manifest.json"
+INDEX = "index.json"
+FORMAT = "agentperturb-variant/1"
+GENERATOR = f"pytest-agentperturb {__version__}"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` (relative POSIX path -> bytes), manifest excluded."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+def surface_file(task: Task, target: str) -> str:
+    """The file name (inside the task folder) that carries ``target``."""
+    files = _task_meta(task).get("files", {})
+    return str(files.get(target, SURFACE_FILES[target]) if isinstance(files, dict) else SURFACE_FILES[target])
+
+
+def _task_meta(task: Task) -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads((task.path / "task.toml").read_text())
+
+
+# -- generate -----------------------------------------------------------------------
+
+
+@dataclass
+class GenerateResult:
+    """What one ``generate`` run wrote and skipped."""
+
+    written: list[Path]
+    skipped: list[tuple[str, str, str]]  # (task, family, reason)
+    errors: list[str]
+
+
+def write_variant(task: Task, variant: Variant, requested_seed: int, dest: Path) -> Path:
+    """Write one variant folder (replacing an older one) and its manifest."""
+    target = variant.target
+    edited = surface_file(task, target) if not variant.injections else None
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    files = _files(task.path)
+    if edited is not None:
+        files[edited] = variant.surfaces.render(target).encode()
+    for name, data in files.items():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_bytes(data)
+    clean_files = _files(task.path)
+    manifest = {
+        "format": FORMAT,
+        "generator": GENERATOR,
+        "suite": task.suite,
+        "task": task.id,
+        "family": variant.family,
+        "target": target,
+        "type": variant.type,
+        "operator": variant.operator,
+        "requested_seed": requested_seed,
+        "seed": variant.seed,
+        "edited_file": edited,
+        "diff": variant.diff,
+        "note": variant.note,
+        "canaries": [{"kind": c.kind, "text": c.text, "fact": c.fact} for c in variant.canaries],
+        "recovery": list(variant.recovery),
+        "injections": [{"tool": i.tool, "text": i.text, "goal": i.goal} for i in variant.injections],
+        "clean_task": Path(os.path.relpath(task.path.resolve(), dest.resolve())).as_posix(),
+        "clean_sha256": {n: _sha(b) for n, b in clean_files.items()},
+        "sha256": {n: _sha(b) for n, b in files.items()},
+    }
+    (dest / MANIFEST).write_text(_dump(manifest), encoding="utf-8")
+    return dest
+
+
+def generate(suite_path: Path, out: Path, families: Sequence[str], seed: int) -> GenerateResult:
+    """Generate every (task, family) variant of a suite under ``out/<suite>/``.
+
+    A task that does not load, or a family that yields no valid variant for
+    a task, is listed with its reason; every other variant is still written.
+    """
+    from .perturb import make_variant
+
+    suite = load_suite(suite_path)
+    root = out / suite.name
+    result = GenerateResult([], [], [])
+    index: dict[str, Any] = {"generator": GENERATOR, "suite": suite.name, "seed": seed,
+                             "families": list(families), "variants": [], "skipped": [], "errors": []}
+    for d in suite.task_dirs:
+        try:
+            task = load_task(d, suite.name, suite.threshold)
+        except TaskFormatError as exc:
+            result.errors.append(str(exc))
+            index["errors"].append({"task": d.name, "error": str(exc)})
+            continue
+        for family in families:
+            try:
+                variant = make_variant(task, family, seed)
+            except VariantSkipped as exc:
+                result.skipped.append((task.id, family, str(exc)))
+                index["skipped"].append({"task": task.id, "family": family, "reason": str(exc)})
+                continue
+            dest = write_variant(task, variant, seed, root / task.id / family)
+            result.written.append(dest)
+            index["variants"].append({"task": task.id, "family": family, "operator": variant.operator,
+                                      "seed": variant.seed, "path": f"{task.id}/{family}"})
+    root.mkdir(parents=True, exist_ok=True)
+    (root / INDEX).write_text(_dump(index), encoding="utf-8")
+    return result
+
+
+# -- verify ---------------------------------------------------------------------------
+
+
+def manifests(folder: Path) -> Iterator[Path]:
+    """Every manifest below ``folder``, in sorted order."""
+    yield from sorted(folder.rglob(MANIFEST))
+
+
+def _variant_from(manifest: dict[str, Any], task: Task, surfaces: Any) -> Variant:
+    return Variant(
+        task=task.key, family=str(manifest["family"]), operator=str(manifest["operator"]),
+        seed=int(manifest["seed"]), surfaces=surfaces,
+        canaries=tuple(Canary(str(c["kind"]), str(c["text"]), str(c.get("fact", "")))
+                       for c in manifest["canaries"]),
+        recovery=tuple(str(r) for r in manifest["recovery"]),
+        diff=str(manifest["diff"]), note=str(manifest.get("note", "")),
+        injections=tuple(Injection(str(i["tool"]), str(i["text"]), str(i["goal"]))
+                         for i in manifest.get("injections", [])),
+    )
+
+
+_REQUIRED = {"format": str, "family": str, "operator": str, "seed": int, "requested_seed": int,
+             "suite": str, "task": str, "diff": str, "canaries": list, "recovery": list,
+             "clean_task": str, "sha256": dict, "clean_sha256": dict}
+
+
+def verify_variant(path: Path) -> list[str]:
+    """Every breach of one variant folder (empty when it is valid)."""
+    from .perturb import check_variant, make_variant, surface_diff
+
+    folder = path.parent
+    where = folder.as_posix()
+    fix = "regenerate it with 'agentperturb generate'"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return [f"{path}: corrupted manifest (not valid JSON: {exc}); fix: {fix}"]
+    if not isinstance(manifest, dict):
+        return [f"{path}: corrupted manifest (expected an object); fix: {fix}"]
+    bad = [k for k, typ in _REQUIRED.items() if not isinstance(manifest.get(k), typ)]
+    if bad:
+        return [f"{path}: corrupted manifest (missing or mistyped: {', '.join(bad)}); fix: {fix}"]
+    label = f"{where} [{manifest['task']} {manifest['family']}]"
+    if manifest["format"] != FORMAT:
+        return [f"{label}: manifest format {manifest['format']!r}, this version reads {FORMAT!r}; fix: {fix}"]
+    try:
+        parse_families([manifest["family"]])
+    except ValueError as exc:
+        return [f"{label}: {exc}; fix: {fix}"]
+
+    problems: list[str] = []
+    on_disk = _files(folder)
+    recorded: dict[str, str] = manifest["sha256"]
+    for name in sorted(set(recorded) | set(on_disk)):
+        if name not in on_disk:
+            problems.append(f"{label}: file {name} is listed in the manifest but missing")
+        elif name not in recorded:
+            problems.append(f"{label}: file {name} is not listed in the manifest")
+        elif _sha(on_disk[name]) != recorded[name]:
+            problems.append(f"{label}: file {name} changed since generation (sha256 mismatch)")
+
+    clean_dir = (folder / manifest["clean_task"]).resolve()
+    if not (clean_dir / "task.toml").is_file():
+        return problems + [f"{label}: clean task not found at {manifest['clean_task']} (relative to the "
+                           "variant); fix: keep the suite next to the variants or " + fix]
+    clean_files = _files(clean_dir)
+    for name, digest in sorted(manifest["clean_sha256"].items()):
+        if name not in clean_files or _sha(clean_files[name]) != digest:
+            problems.append(f"{label}: clean task file {name} changed since generation; fix: {fix}")
+    target, _ = family_parts(manifest["family"])
+    edited = manifest.get("edited_file")
+    for name in sorted(clean_files):
+        if name != edited and on_disk.get(name) != clean_files[name]:
+            kind = "grader/solution/verifier" if name in GRADER_FILES else "unedited"
+            problems.append(f"{label}: {kind} file {name} is not byte-identical to the clean task's")
+    if problems:
+        return problems
+
+    try:
+        clean = load_task(clean_dir, manifest["suite"])
+        loaded = load_task(folder, manifest["suite"], check_statements=False)
+    except TaskFormatError as exc:
+        return [f"{label}: does not load: {exc}"]
+    try:
+        variant = _variant_from(manifest, clean, loaded.surfaces)
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"{label}: corrupted manifest (bad canaries/recovery/injections: {exc}); fix: {fix}"]
+    changed = [t for t in TARGETS if clean.surfaces.render(t) != loaded.surfaces.render(t)]
+    if variant.injections and changed:
+        problems.append(f"{label}: an injection variant changed surfaces {changed}")
+    if surface_diff(clean, target, loaded.surfaces) != manifest["diff"]:
+        problems.append(f"{label}: the recorded diff does not match the {target} surface on disk")
+    problems += [f"{label}: {p}" for p in check_variant(clean, variant)]
+    try:
+        again = make_variant(clean, manifest["family"], manifest["requested_seed"])
+    except (VariantSkipped, ValueError) as exc:
+        problems.append(f"{label}: the generator no longer produces this variant: {exc}")
+    else:
+        if (again.operator, again.seed, again.surfaces, again.canaries, again.injections) != (
+                variant.operator, variant.seed, loaded.surfaces, variant.canaries, variant.injections):
+            problems.append(f"{label}: differs from what {GENERATOR} generates for seed "
+                            f"{manifest['requested_seed']} (generated by {manifest.get('generator')}); "
+                            f"fix: {fix}")
+    return problems
+
+
+def verify(folder: Path) -> tuple[int, list[str]]:
+    """(number of variants checked, every breach) for all manifests below ``folder``."""
+    paths = list(manifests(folder))
+    breaches: list[str] = []
+    for p in paths:
+        breaches += verify_variant(p)
+    return len(paths), breaches
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from .perturb.base import known_families
+
+    try:
+        families = parse_families(args.families) if args.families else list(known_families()[1:])
+    except ValueError as exc:
+        raise AgentPerturbError(f"--families: {exc}") from None
+    suite = Path(args.suite)
+    if not (suite / "suite.toml").is_file():
+        raise AgentPerturbError(f"{suite}: not a suite folder (no suite.toml); "
+                                "fix: point at a folder such as suites/workflows")
+    res = generate(suite, Path(args.out), [f for f in families if f != "clean"], args.seed)
+    for err in res.errors:
+        log.error("task not loaded: %s", err)
+    for task, family, reason in res.skipped:
+        log.warning("skipped %s %s: %s", task, family, reason)
+    log.info("wrote %d variants to %s (%d skipped, %d tasks not loaded)",
+             len(res.written), args.out, len(res.skipped), len(res.errors))
+    return 1 if res.errors else 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise AgentPerturbError(f"{folder}: no such folder; fix: pass the --out folder of 'agentperturb generate'")
+    n, breaches = verify(folder)
+    for b in breaches:
+        sys.stdout.write(b + "\n")
+    if n == 0:
+        log.error("no %s found under %s", MANIFEST, folder)
+        return 1
+    log.info("verified %d variants: %s", n, f"{len(breaches)} breach(es)" if breaches else "all rules hold")
+    return 1 if breaches else 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``generate`` and ``verify`` on the ``agentperturb`` command."""
+    g = sub.add_parser("generate", help="write perturbed variants of a suite to disk, with manifests.")
+    g.add_argument("suite", help="suite folder (holding suite.toml)")
+    g.add_argument("--out", required=True, help="output folder; variants go to OUT/<suite>/<task>/<family>/")
+    g.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
+    g.add_argument("--families", default=None, metavar="LIST",
+                   help="comma-separated families and/or inserted objects (default: all)")
+    g.set_defaults(func=_cmd_generate)
+    v = sub.add_parser("verify", help="re-check every variant manifest below a folder; exit 1 on any breach.")
+    v.add_argument("folder", help="folder written by 'agentperturb generate'")
+    v.set_defaults(func=_cmd_verify)
