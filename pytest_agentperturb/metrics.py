@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .records import COLUMNS
-from .task import CLEAN, TARGETS, TYPES
+from .task import CLEAN, INSERTED_TYPE, TARGETS, TYPES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,7 +42,8 @@ def degradation_by_model(df: pd.DataFrame) -> pd.DataFrame:
     """Per (model, suite): clean score C, perturbed score P, D, episode counts.
 
     C = mean clean reward over tasks; P = mean reward over all perturbed
-    episodes of those tasks; D = 100 (C - P) / C.
+    episodes of the 12 families on those tasks (inserted objects are reported
+    on their own); D = 100 (C - P) / C.
     """
     import pandas as pd
 
@@ -50,7 +51,7 @@ def degradation_by_model(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (model, suite), g in d.groupby(["model", "suite"], sort=True):
         clean = g[g["family"] == CLEAN]["reward"]
-        pert = g[g["family"] != CLEAN]["reward"]
+        pert = g[(g["family"] != CLEAN) & (g["type"] != INSERTED_TYPE)]["reward"]
         c = float(clean.mean()) if len(clean) else float("nan")
         p = float(pert.mean()) if len(pert) else float("nan")
         out.append({"model": model, "suite": suite, "clean": c, "perturbed": p,

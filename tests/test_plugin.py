@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentperturb.task import FAMILIES
+from pytest_agentperturb.task import FAMILIES, INSERTED
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TASKS = len([p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()])
+N_FAM = 1 + len(FAMILIES) + len(INSERTED)  # clean, the 12 families, the inserted objects
 
 
 @pytest.fixture
@@ -51,10 +52,10 @@ def test_plain_pytest_does_not_import_heavy_libraries(pytester: pytest.Pytester)
 def test_collects_every_task_by_family_and_model(pytester: pytest.Pytester, suite: Path) -> None:
     result = pytester.runpytest("--agentperturb", "suites/workflows", "--collect-only", "-q", "-p", "no:cacheprovider")
     ids = _ids(result)
-    assert len(ids) == N_TASKS * 13 * 2
+    assert len(ids) == N_TASKS * N_FAM * 2
     assert "suites/workflows::reschedule-standup::tool-missing[reference/literal]" in ids
     assert "suites/workflows::reschedule-standup::clean[reference/careful]" in ids
-    assert {i.split("::")[2].split("[")[0] for i in ids} == {"clean", *FAMILIES}
+    assert {i.split("::")[2].split("[")[0] for i in ids} == {"clean", *FAMILIES, *INSERTED}
 
 
 @pytest.mark.parametrize(
@@ -62,12 +63,14 @@ def test_collects_every_task_by_family_and_model(pytester: pytest.Pytester, suit
     [
         (["-k", "tool and missing"], N_TASKS * 2),
         (["-k", "clean"], N_TASKS * 2),
-        (["-k", "not redundant"], N_TASKS * 2 * 9),
+        (["-k", "not redundant"], N_TASKS * 2 * (N_FAM - 4)),
+        (["-k", "injection"], N_TASKS * 2),
+        (["-m", "inserted"], N_TASKS * 2 * len(INSERTED)),
         (["-k", "literal and user"], N_TASKS * 3),
         (["-m", "tool and missing"], N_TASKS * 2),
-        (["-m", "procedure or context"], N_TASKS * 2 * 6),
+        (["-m", "procedure or context"], N_TASKS * 2 * 7),  # + inserted-distractor-turn
         (["--agentperturb-families", "clean,tool-missing"], N_TASKS * 2 * 2),
-        (["--agentperturb-model", "reference/oracle"], N_TASKS * 13),
+        (["--agentperturb-model", "reference/oracle"], N_TASKS * N_FAM),
     ],
 )
 def test_selection(pytester: pytest.Pytester, suite: Path, args: list[str], expected: int) -> None:
@@ -114,13 +117,13 @@ def test_full_run_reports_verdicts_and_exits_zero(pytester: pytest.Pytester, sui
     ])
     out = result.stdout.str()
     assert "FAIL compliance" in out and "PASS bypass" in out
-    assert f"episodes run: {N_TASKS * 26}, reused: 0, errors: 0" in out
+    assert f"episodes run: {N_TASKS * N_FAM * 2}, reused: 0, errors: 0" in out
     assert "reproduce: pytest --agentperturb suites/workflows -k '" in out
     report = (pytester.path / "reports" / "agentperturb.html").read_text()
     assert "reference/literal" in report and "baseline" in report
     assert "Relative drop by target and type" in report
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as db:
-        assert db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] == N_TASKS * 26
+        assert db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] == N_TASKS * N_FAM * 2
         cols = [r[1] for r in db.execute("PRAGMA table_info(episodes)")]
     from pytest_agentperturb.records import COLUMNS
 
