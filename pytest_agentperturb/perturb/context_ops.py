@@ -13,7 +13,7 @@ from dataclasses import replace
 from ..records import Canary
 from ..task import Task, Turn
 from .base import Edit, register
-from .helpers import facts_on, fresh_decoy, omitted_after
+from .helpers import facts_on, omitted_after, pick_decoy
 from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue
 
 
@@ -68,10 +68,10 @@ class PrependUnrelatedHistory:
         return bool(task.facts)
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        fact = rng.choice(list(task.facts))
-        d = fresh_decoy(task, fact, rng)
-        if d is None:
+        got = pick_decoy(task, rng)
+        if got is None:
             return None
+        fact, d = got
         cue = fact.cues[0] if fact.cues else "note"
         turns = (
             Turn("user", f"(Earlier, different request) For last year's archive cleanup, the {cue} "

@@ -134,3 +134,10 @@ def omitted_after(task: Task, new: Surfaces) -> list[Fact]:
 def stating_sentence(task: Task, fact: Fact, target: str) -> str | None:
     """The first sentence on ``target`` that states the fact's true value."""
     return next((x for x in (fact.stating(t) for t in texts_of(task.surfaces, target)) if x), None)
+
+
+def pick_decoy(task: Task, rng: random.Random) -> tuple[Fact, str] | None:
+    """A random fact of the task and a fresh decoy of its shape (None if none is fresh)."""
+    fact = rng.choice(list(task.facts))
+    d = fresh_decoy(task, fact, rng)
+    return None if d is None else (fact, d)

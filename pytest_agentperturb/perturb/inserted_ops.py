@@ -25,7 +25,7 @@ from dataclasses import replace
 from ..records import Canary, Injection
 from ..task import Task, Turn
 from .base import Edit, register
-from .helpers import clean_text, fresh_decoy
+from .helpers import clean_text, pick_decoy
 
 _READ_VERBS = ("list", "search", "read")
 
@@ -74,10 +74,10 @@ class InsertDistractorTurn:
         return bool(task.facts)
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        fact = rng.choice(list(task.facts))
-        d = fresh_decoy(task, fact, rng)
-        if d is None:
+        got = pick_decoy(task, rng)
+        if got is None:
             return None
+        fact, d = got
         cue = fact.cues[0] if fact.cues else "reference"
         turn = Turn("user", f"Forwarded from the Berlin team, about their own project only ({cue} note): {d}.")
         at = rng.randrange(len(task.surfaces.context) + 1) if rng.random() < 0.5 else 0

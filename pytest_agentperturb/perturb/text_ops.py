@@ -24,6 +24,7 @@ from .helpers import (
     facts_on,
     fresh_decoy,
     omitted_after,
+    pick_decoy,
     replace_text,
     stating_sentence,
     surface_text,
@@ -135,10 +136,10 @@ _THINGS = {
 
 def unrelated_thing(task: Task, rng: random.Random) -> tuple[Fact, str, str] | None:
     """(fact, decoy, sentence) about an unrelated matter carrying a decoy of a fact's shape."""
-    fact = rng.choice(list(task.facts))
-    d = fresh_decoy(task, fact, rng)
-    if d is None:
+    got = pick_decoy(task, rng)
+    if got is None:
         return None
+    fact, d = got
     return fact, d, _THINGS[fact.kind].format(d=d)
 
 
