@@ -17,7 +17,7 @@ from . import __version__
 from .errors import AgentPerturbError
 
 #: Modules contributing sub-commands (each defines ``add_commands``).
-COMMAND_MODULES: tuple[str, ...] = ("pytest_agentperturb.variants_io",)
+COMMAND_MODULES: tuple[str, ...] = ("pytest_agentperturb.variants_io", "pytest_agentperturb.analysis_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .errors import InfrastructureError, TaskFormatError
-from .records import EpisodeRecord
+from .records import EpisodeRecord, Variant
 from .task import CLEAN, Task, family_parts, load_suite, load_task
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ class PerturbItem(pytest.Item):
         self.model = model
         self.record: EpisodeRecord | None = None
         self.reused = False
+        self.variant: Variant | None = None
         self.seed = item_seed(self.config.stash[SESSION_KEY].settings.seed, task.key, family)
 
     def reportinfo(self) -> tuple[Path, int, str]:

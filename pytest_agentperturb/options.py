@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from . import gate
 from .task import parse_families
 
 ENABLE = "--agentperturb"
@@ -60,6 +61,7 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini(_ini_name(SEED), "session seed.", default="")
     parser.addini(_ini_name(STORE), "results store path.", default="")
     parser.addini(_ini_name(REPORT), "HTML report path.", default="")
+    gate.addoption(parser)  # CI gate thresholds and strict mode
 
 
 @dataclass(frozen=True)

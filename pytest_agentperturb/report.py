@@ -1,124 +1,329 @@
-"""The HTML report: one self-contained file, every string escaped.
+"""The HTML report: one self-contained file, every string escaped, no script, no network.
 
-Top of the page: per model, clean score, perturbed score and relative
-degradation, then the 4x3 target-by-type table; below, skipped variants and
-a per-episode drill-down.  Reference agents are labelled as baselines.
-Nothing is fetched from the network; there is no script.
+Top of the page, for a release manager: the gate verdict, the per-model
+table with bootstrap intervals, the 4x3 target-by-type heatmap.  Below, one
+section per metric of DESIGN.md section 4 (:mod:`.report_sections`), then a
+per-episode drill-down: the clean and perturbed trajectories side by side,
+the diff of the edited surface and the canaries highlighted.  Reference
+agents are labelled as baselines.
 """
 
 from __future__ import annotations
 
-import html
+import hashlib
 import json
-import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .task import TARGETS, TYPES
+from . import report_sections as rs
+from .svg import esc
+from .task import CLEAN
 
-BASELINE_PREFIX = "reference/"
+if TYPE_CHECKING:
+    import pandas as pd
 
+    from .analysis import Analysis
+    from .gate import Thresholds, Verdict
 
-def esc(x: Any) -> str:
-    """HTML-escape anything (quotes included)."""
-    return html.escape(str(x), quote=True)
-
-
-def is_baseline(model: str) -> bool:
-    return model.startswith(BASELINE_PREFIX)
-
-
-def _fmt(x: Any, digits: int = 3, pct: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    return f"{x:.1f} %" if pct else f"{x:.{digits}f}"
-
-
-def _heat(v: float) -> str:
-    if v is None or math.isnan(v):
-        return "background:#eee"
-    a = max(0.0, min(1.0, abs(v) / 100.0))
-    return f"background:rgba(200,40,40,{a:.2f})" if v > 0 else f"background:rgba(40,140,60,{a:.2f})"
-
+BASELINE_PREFIX = rs.BASELINE_PREFIX
+is_baseline = rs.is_baseline
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}
-th{background:#f4f4f4}td.l,th.l{text-align:left}.tag{font-size:.8em;padding:.1em .4em;border-radius:3px;background:#ddd}
-.baseline{background:#ffe9a8}pre{white-space:pre-wrap;background:#f8f8f8;padding:.5em;max-height:30em;overflow:auto}
-details{margin:.2em 0}.pass{color:#186a2c}.fail{color:#a11}
+body{font-family:system-ui,sans-serif;margin:1em 2em;color:#222;max-width:1280px;font-size:14px}
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
+h3{font-size:1em}table{border-collapse:collapse;margin:.4em 0 1em}
+td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}td.ci{color:#555;font-size:.9em}.muted{color:#666}
+.tag{font-size:.75em;padding:.05em .35em;border-radius:3px;background:#ddd}.baseline{background:#ffe9a8}
+.gate{padding:.5em .8em;border-radius:4px;margin:.5em 0;font-weight:600}.gate ul{margin:.2em 0;font-weight:400}
+.gate.pass{background:#e3f4e6;color:#186a2c}.gate.fail{background:#fbe3e3;color:#a11}.gate.none{background:#eee}
+.top{display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start}.grid{display:flex;flex-wrap:wrap;gap:1em}
+pre{white-space:pre-wrap;background:#f8f8f8;padding:.4em;margin:.2em 0;max-height:24em;overflow:auto}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:1em}ol.traj{padding-left:1.6em;margin:.2em 0}
+ol.traj li{margin:.1em 0;word-break:break-word}.call{color:#124}.obs{color:#555}.err{color:#a11}
+.final{font-weight:600}mark{background:#ffd54f}.add{color:#186a2c}.del{color:#a11}.hunk{color:#777}
+.pass{color:#186a2c}.fail{color:#a11}details{margin:.15em 0}nav a{margin-right:.8em}
 """
 
 
-def render(rows: Sequence[dict[str, Any]], settings: Any = None,
-           skipped: Sequence[tuple[str, str]] = (), extra_sections: Sequence[tuple[str, str]] = ()) -> str:
-    """The report page as a string."""
-    from .metrics import cell_table, degradation_by_model, frame
+@dataclass
+class Report:
+    """A rendered report with the analysis and the gate verdict behind it."""
 
-    out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>agentperturb report</title>",
-           f"<style>{_CSS}</style></head><body><h1>Agent robustness under perturbation</h1>"]
-    if settings is not None:
-        out.append(f"<p>run <code>{esc(settings.run_id)}</code>, seed {esc(settings.seed)}, "
-                   f"{len(rows)} episodes.</p>")
-    errors = [r for r in rows if r.get("error")]
-    if errors:
-        out.append(f"<p><b>{len(errors)}</b> episode(s) could not be scored (infrastructure errors); "
-                   "they are excluded from every aggregate.</p>")
-    df = frame(rows) if rows else None
-    out.append("<h2>Degradation by model</h2>")
-    if df is not None and len(df):
-        deg = degradation_by_model(df)
-        out.append("<table><tr><th class=l>model</th><th class=l>suite</th><th>clean C</th>"
-                   "<th>perturbed P</th><th>relative drop D</th><th>clean episodes</th>"
-                   "<th>perturbed episodes</th></tr>")
-        for _, r in deg.iterrows():
-            tag = " <span class='tag baseline'>baseline (reference agent, not a model)</span>" \
-                if is_baseline(r["model"]) else ""
-            out.append(f"<tr><td class=l>{esc(r['model'])}{tag}</td><td class=l>{esc(r['suite'])}</td>"
-                       f"<td>{_fmt(r['clean'])}</td><td>{_fmt(r['perturbed'])}</td>"
-                       f"<td>{_fmt(r['relative_drop'], pct=True)}</td><td>{r['n_clean']}</td>"
-                       f"<td>{r['n_perturbed']}</td></tr>")
-        out.append("</table>")
-        out.append("<h2>Relative drop by target and type</h2>")
-        for model in sorted(df["model"].unique()):
-            t = cell_table(df, model)
-            out.append(f"<h3>{esc(model)}</h3><table><tr><th class=l>target \\ type</th>"
-                       + "".join(f"<th>{esc(k)}</th>" for k in TYPES) + "</tr>")
-            for tg in TARGETS:
-                out.append(f"<tr><th class=l>{esc(tg)}</th>" + "".join(
-                    f"<td style='{_heat(t.loc[tg, k])}'>{_fmt(t.loc[tg, k], pct=True)}</td>" for k in TYPES)
-                    + "</tr>")
-            out.append("</table>")
-    else:
-        out.append("<p>No episodes.</p>")
-    for title, body in extra_sections:
-        out.append(f"<h2>{esc(title)}</h2>{body}")
+    html: str
+    analysis: Analysis | None
+    verdict: Verdict
+
+
+def episode_anchor(row: Mapping[str, Any]) -> str:
+    """Stable HTML id of an episode (pytest-html extras link to it)."""
+    seed = row.get("seed")
+    try:
+        seed = int(float(seed))  # type: ignore[arg-type]   # 3, "3" and 3.0 name the same episode
+    except (TypeError, ValueError):
+        pass
+    key = "|".join(str(row.get(k, "")) for k in ("run_id", "model", "suite", "task", "family")) + f"|{seed}"
+    return "ep-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def episode_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Normalised episode table from record rows (extra keys such as ``diff`` and ``canaries`` kept)."""
+    import pandas as pd
+
+    from .analysis import normalise
+    from .records import COLUMNS
+
+    df = pd.DataFrame([dict(r) for r in rows]) if rows else pd.DataFrame(columns=list(COLUMNS))
+    return normalise(df)
+
+
+def task_properties_of(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None:
+    """Task properties carried on plugin rows (``task_properties``), one per task."""
+    import pandas as pd
+
+    seen = {}
+    for r in rows:
+        p = r.get("task_properties")
+        if isinstance(p, Mapping):
+            seen[(p.get("suite"), p.get("task"))] = dict(p)
+    return pd.DataFrame(list(seen.values())) if seen else None
+
+
+def build(rows: Sequence[Mapping[str, Any]], *, settings: Any = None, thresholds: Thresholds | None = None,
+          skipped: Sequence[tuple[str, str]] = (), capability: pd.DataFrame | None = None,
+          task_properties: pd.DataFrame | None = None, manual_labels: pd.DataFrame | None = None,
+          extra_sections: Sequence[tuple[str, str]] = (), replicates: int | None = None,
+          permutations: int | None = None, seed: int = 0, table: pd.DataFrame | None = None) -> Report:
+    """Analyse ``rows`` (or a ready ``table``), judge the gate, and render the page."""
+    from .analysis import analyze
+    from .analysis.stats import N_BOOTSTRAP, N_PERMUTATIONS
+    from .gate import Thresholds, Verdict, evaluate
+
+    th = thresholds or Thresholds()
+    df = table if table is not None else episode_table(rows)
+    if task_properties is None and rows:
+        task_properties = task_properties_of(rows)
+    analysis = analyze(df, capability=capability, task_properties=task_properties, manual_labels=manual_labels,
+                       replicates=replicates or N_BOOTSTRAP, permutations=permutations or N_PERMUTATIONS,
+                       seed=seed) if len(df) else None
+    verdict = evaluate(th, analysis.drops, analysis.episodes) if analysis is not None else Verdict(th)
+    html = render_page(analysis, verdict, settings=settings, skipped=skipped, extra_sections=extra_sections,
+                       has_capability=capability is not None, n_rows=len(df))
+    return Report(html, analysis, verdict)
+
+
+def _gate_box(v: Verdict) -> str:
+    if not v.thresholds.configured:
+        strict = " Strict mode: every compliance fails its test." if v.thresholds.strict else ""
+        return ("<div class='gate none'>Gate: no thresholds configured (see --agentperturb-max-drop, "
+                f"--agentperturb-max-family-drop, --agentperturb-min-bypass ...).{esc(strict)}</div>")
+    if not v.failed:
+        notes = "".join(f"<li>{esc(n)}</li>" for n in v.notes)
+        return f"<div class='gate pass'>Gate: PASSED — every threshold met.<ul>{notes}</ul></div>"
+    items = "".join(f"<li>{esc(line)}</li>" for line in v.lines())
+    return f"<div class='gate fail'>Gate: FAILED — {len(v.breaches)} threshold breach(es).<ul>{items}</ul></div>"
+
+
+def _model_table(a: Analysis) -> str:
+    import pandas as pd
+
+    ov = a.drops[a.drops["level_kind"] == "overall"]
+    mal = a.malleability.set_index(["model", "suite"]) if len(a.malleability) else None
+    comp = a.episodes[(a.episodes["family"] != CLEAN) & a.episodes["compliance"].notna()
+                      & (a.episodes["error"] == "")]
+    bypass = {k: 1.0 - float(g["compliance"].astype(bool).mean()) for k, g in comp.groupby(["model", "suite"])}
+    rows = []
+    for r in ov.to_dict("records"):
+        k = (r["model"], r["suite"])
+        r["harmful_rate"] = float(mal.loc[k, "harmful_rate"]) if mal is not None and k in mal.index else None
+        r["bypass_rate"] = bypass.get(k)
+        rows.append(r)
+    rows.sort(key=lambda r: (r["suite"], r["model"] == rs.ALL_MODELS, rs.is_baseline(r["model"]), r["model"]))
+    return rs.table(pd.DataFrame(rows), [
+        ("model", "model", "model"), ("suite", "suite", "s"), ("clean C", "clean", "f3"),
+        ("perturbed P", "perturbed", "f3"), ("relative drop D", "relative_drop", "pct"), ("95% CI", "ci", "pct"),
+        ("harmful flips", "harmful_rate", "rate"), ("bypass", "bypass_rate", "rate"),
+        ("tasks", "n_tasks", "i"), ("perturbed episodes", "n_perturbed", "i")], cls="models")
+
+
+def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
+                skipped: Sequence[tuple[str, str]] = (), extra_sections: Sequence[tuple[str, str]] = (),
+                has_capability: bool = False, n_rows: int = 0) -> str:
+    """The page as a string (deterministic for the same inputs)."""
+    out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+           "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+           f"<title>agentperturb report</title><style>{_CSS}</style></head><body>",
+           "<h1>Agent robustness under perturbation</h1>"]
+    run = f"run <code>{esc(settings.run_id)}</code>, seed {esc(settings.seed)}, " if settings is not None else ""
+    out.append(f"<p class=muted>{run}{n_rows} episodes. Reference agents are "
+               "<span class='tag baseline'>baseline</span>s, not model results.</p>")
+    out.append(_gate_box(verdict))
+    if a is None:
+        out.append("<p>No episodes.</p></body></html>\n")
+        return "".join(out)
+    out += [f"<p class=muted>{esc(n)}</p>" for n in a.notes]
+    out.append("<div class=top><div>" + _model_table(a) + "</div>")
+    for suite in sorted(set(a.drops["suite"])):
+        out.append("<div>" + rs.heatmap_for(a, rs.ALL_MODELS, suite,
+                                             title=f"{suite}: relative drop D by target x type, all models") + "</div>")
+    out.append("</div>")
+    sections = [(sid, title, fn(a)) for sid, title, fn in rs.SECTIONS]
+    sections.insert(5, ("predictors", "Predictors", rs.predictors(a, has_capability)))
+    sections += [(f"extra-{i}", title, body) for i, (title, body) in enumerate(extra_sections)]
+    out.append("<nav>" + "".join(f"<a href='#{sid}'>{esc(t)}</a>" for sid, t, _ in sections)
+               + "<a href='#episodes'>Episodes</a></nav>")
+    for sid, title, body in sections:
+        out.append(f"<h2 id='{sid}'>{esc(title)}</h2>{body}")
     if skipped:
-        out.append(f"<h2>Skipped variants ({len(skipped)})</h2><ul>")
+        out.append(f"<h2 id='skipped'>Skipped variants ({len(skipped)})</h2><ul>")
         out += [f"<li><code>{esc(n)}</code>: {esc(reason)}</li>" for n, reason in skipped]
         out.append("</ul>")
-    out.append("<h2>Episodes</h2>")
-    for r in rows:
-        verdict = "error" if r.get("error") else ("pass" if r.get("success") else "fail")
-        comp = "" if r.get("compliance") is None else (" compliance" if r["compliance"] else " bypass")
-        traj = r.get("trajectory")
-        traj_txt = json.dumps(json.loads(traj) if isinstance(traj, str) else traj, indent=1, ensure_ascii=False)
-        out.append(
-            f"<details><summary><span class={verdict if verdict != 'error' else 'fail'}>{esc(verdict)}"
-            f"{esc(comp)}</span> {esc(r['model'])} · {esc(r['task'])} · {esc(r['family'])} · "
-            f"{esc(r['operator'])} · reward {esc(r['reward'])} · turns {esc(r['turns'])}</summary>"
-            f"{'<p>error: ' + esc(r['error']) + '</p>' if r.get('error') else ''}"
-            f"<pre>{esc(traj_txt)}</pre></details>"
-        )
+    out.append(_episodes(a.episodes))
     out.append("</body></html>\n")
     return "".join(out)
+
+
+# -- drill-down ----------------------------------------------------------------
+def _load(x: Any) -> Any:
+    if isinstance(x, str):
+        try:
+            return json.loads(x) if x else []
+        except ValueError:
+            return []
+    return x if isinstance(x, (list, tuple)) else []
+
+
+def highlight(text: str, canaries: Sequence[str]) -> str:
+    """Escape ``text`` and wrap every canary occurrence in ``<mark>`` (escaping first, so it stays inert)."""
+    needles = sorted({c for c in canaries if c}, key=len, reverse=True)
+    if not needles:
+        return esc(text)
+    pat = re.compile("|".join(re.escape(n) for n in needles))
+    out, pos = [], 0
+    for m in pat.finditer(text):
+        out += [esc(text[pos:m.start()]), f"<mark>{esc(m.group(0))}</mark>"]
+        pos = m.end()
+    out.append(esc(text[pos:]))
+    return "".join(out)
+
+
+def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
+    """A trajectory as an ordered list of calls, observations, replies and the grader's checks."""
+    items = []
+    for e in _load(traj):
+        if not isinstance(e, Mapping):
+            continue
+        role = e.get("role")
+        if role == "assistant" and "tool" in e:
+            args = e.get("args")
+            a = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
+            items.append(f"<li class=call>→ <b>{highlight(str(e['tool']), canaries)}</b>"
+                         f"({highlight(a, canaries)})</li>")
+        elif role == "assistant":
+            cls = "final" if e.get("final") else "call"
+            items.append(f"<li class={cls}>{'final: ' if e.get('final') else ''}"
+                         f"{highlight(str(e.get('content', '')), canaries)}</li>")
+        elif role == "tool":
+            c = str(e.get("content", ""))
+            items.append(f"<li class={'err' if c.startswith('ERROR') else 'obs'}>← {highlight(c, canaries)}</li>")
+        elif role == "grader":
+            checks = e.get("checks") or []
+            items.append("<li class=obs>grader: " + "; ".join(
+                f"<span class={'pass' if ok else 'fail'}>{'✓' if ok else '✗'} {esc(c)}</span>"
+                for c, ok in checks) + "</li>")
+        else:
+            items.append(f"<li class=obs>{esc(role)}: {highlight(str(e.get('content', '')), canaries)}</li>")
+    return f"<ol class=traj>{''.join(items)}</ol>" if items else "<p class=muted>no trajectory recorded</p>"
+
+
+def diff_html(diff: str) -> str:
+    """A unified diff with added/removed lines coloured (escaped)."""
+    if not diff:
+        return "<p class=muted>diff not recorded</p>"
+    lines = []
+    for line in diff.splitlines():
+        cls = "add" if line.startswith("+") and not line.startswith("+++") else \
+            "del" if line.startswith("-") and not line.startswith("---") else "hunk" if line.startswith("@@") else ""
+        lines.append(f"<span class='{cls}'>{esc(line)}</span>" if cls else esc(line))
+    return "<pre>" + "\n".join(lines) + "</pre>"
+
+
+def _verdict(r: Mapping[str, Any]) -> tuple[str, str]:
+    if r.get("error"):
+        return "error", "fail"
+    return ("pass", "pass") if r.get("success") else ("fail", "fail")
+
+
+def _episodes(df: pd.DataFrame) -> str:
+    rows = df.to_dict("records")
+    clean = {(r["run_id"], r["model"], r["suite"], r["task"]): r for r in rows if r["family"] == CLEAN}
+    out = ["<h2 id='episodes'>Episodes</h2><p class=muted>Each perturbed episode shows the diff of the edited "
+           "surface, its canaries (highlighted where they occur) and the clean and perturbed trajectories side by "
+           "side.</p>"]
+    for model in sorted({r["model"] for r in rows}):
+        mine = [r for r in rows if r["model"] == model]
+        tag = " (baseline)" if rs.is_baseline(model) else ""
+        out.append(f"<details><summary><b>{esc(model)}{esc(tag)}</b> — {len(mine)} episodes</summary>")
+        for r in mine:
+            word, cls = _verdict(r)
+            comp = "" if r.get("compliance") is None else (" · compliance" if r["compliance"] else " · bypass")
+            labels = " · ".join(esc(x) for x in (r.get("awareness"), r.get("behaviour")) if x)
+            heur = " (heuristic)" if "heuristic" in (r.get("awareness_source"), r.get("behaviour_source")) else ""
+            head = (f"<summary><span class={cls}>{esc(word)}</span>{esc(comp)} · {esc(r['task'])} · "
+                    f"{esc(r['family'])} · {esc(r['operator'])} · reward {esc(r['reward'])}"
+                    f"{' · ' + labels + esc(heur) if labels else ''}</summary>")
+            body = [f"<p class=err>error (not an agent failure): {esc(r['error'])}</p>"] if r.get("error") else []
+            cans = [c for c in _load(r.get("canaries")) if isinstance(c, Mapping)]
+            texts = [str(c.get("text", "")) for c in cans if c.get("kind") != "omitted"]
+            if r["family"] != CLEAN:
+                body.append(diff_html(str(r.get("diff") or "")))
+                if cans:
+                    body.append("<p>canaries: " + ", ".join(
+                        f"<mark>{esc(c.get('text', ''))}</mark> <span class=tag>{esc(c.get('kind', ''))}</span>"
+                        for c in cans) + "</p>")
+                c = clean.get((r["run_id"], r["model"], r["suite"], r["task"]))
+                left = trajectory_html(c["trajectory"], texts) if c else "<p class=muted>no clean episode</p>"
+                body.append(f"<div class=cols><div><h4>clean</h4>{left}</div><div><h4>perturbed</h4>"
+                            f"{trajectory_html(r['trajectory'], texts)}</div></div>")
+            else:
+                body.append(trajectory_html(r["trajectory"]))
+            out.append(f"<details id='{episode_anchor(r)}'>{head}{''.join(body)}</details>")
+        out.append("</details>")
+    return "".join(out)
+
+
+def row_extras(item: Any) -> dict[str, Any]:
+    """What the report needs beyond the episode columns: the variant's diff and canaries, task properties."""
+    from dataclasses import asdict
+
+    from .analysis.predictors import task_properties
+
+    v = item.variant
+    return {"diff": v.diff if v is not None else "",
+            "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
+            "task_properties": task_properties(item.task)}
+
+
+def write(path: Path | str, rows: Sequence[Mapping[str, Any]], **kw: Any) -> Report:
+    """Build the report and write it to ``path``."""
+    rep = build(rows, **kw)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(rep.html, encoding="utf-8")
+    return rep
+
+
+def render(rows: Sequence[dict[str, Any]], settings: Any = None, skipped: Sequence[tuple[str, str]] = (),
+           extra_sections: Sequence[tuple[str, str]] = ()) -> str:
+    """The report page for ``rows`` (no gate thresholds)."""
+    return build(rows, settings=settings, skipped=skipped, extra_sections=extra_sections).html
 
 
 def write_report(path: Path, rows: Sequence[dict[str, Any]], settings: Any = None,
                  skipped: Sequence[tuple[str, str]] = ()) -> Path:
     """Render and write the report; returns its path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(rows, settings, skipped), encoding="utf-8")
-    return path
+    write(path, rows, settings=settings, skipped=skipped)
+    return Path(path)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import __version__
+from . import gate as _gate
 from .errors import InfrastructureError, VariantSkipped
 from .options import Settings
 from .records import EpisodeRecord, Variant
@@ -54,6 +55,12 @@ class AgentPerturbSession:
         self.records: list[dict[str, Any]] = []
         self.skipped: list[tuple[str, str]] = []
         self.started = time.perf_counter()
+        self.thresholds = _gate.resolve(config)  # validated at start-up: a bad value is a usage error
+        self.verdict: _gate.Verdict | None = None
+        if config.pluginmanager.hasplugin("html"):
+            from .html_extras import HtmlExtras
+
+            config.pluginmanager.register(HtmlExtras(self), "agentperturb-html-extras")
 
     # -- lifecycle ------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -109,6 +116,7 @@ class AgentPerturbSession:
         from .runner import run_episode
 
         variant = self.variant(item)
+        item.variant = variant
         digest = variant_digest(item.task.digest(), variant)
         s = self.settings
         key = (s.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed)
@@ -120,12 +128,13 @@ class AgentPerturbSession:
         rec = asyncio.run(run_episode(item.task, variant, self.agent(item.model), run_id=s.run_id,
                                       seed=item.seed))
         rec.model = item.model
-        self.store().put(rec, digest)
+        self.store().put(rec, digest, variant)
         item.record = rec
         self.config.hook.pytest_agentperturb_episode_recorded(record=rec, config=self.config)
 
     def check_item(self, item: PerturbItem) -> None:
-        """Strict mode hook point: the plain run never fails an item for its verdict."""
+        """Strict mode: a compliance fails the item; otherwise the verdict is only reported."""
+        _gate.check_item(self.thresholds, item)
 
     # -- reporting -------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
@@ -142,6 +151,9 @@ class AgentPerturbSession:
                 row = item.record.to_row()
                 row["trajectory"] = item.record.trajectory
                 row.update(reused=item.reused, nodeid=item.nodeid, threshold=item.task.threshold)
+                from .report import row_extras
+
+                row.update(row_extras(item))  # diff, canaries, task properties for the report
                 setattr(report, REPORT_ATTR, row)
                 if report.when == "call":
                     verdict = "pass" if item.record.success else "fail"
@@ -183,10 +195,17 @@ class AgentPerturbSession:
             self._store.close()
         if self.is_worker:
             return
-        from .report import write_report
+        from .report import write
 
         self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"]))
-        write_report(self.settings.report, self.records, self.settings, skipped=self.skipped)
+        extra = self.config.hook.pytest_agentperturb_report_sections(
+            records=[EpisodeRecord.from_row(r) for r in self.records], config=self.config)
+        rep = write(self.settings.report, self.records, settings=self.settings, thresholds=self.thresholds,
+                    skipped=self.skipped, extra_sections=[s for res in extra for s in (res or [])],
+                    seed=self.settings.seed)
+        self.verdict = rep.verdict
+        if rep.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker:
@@ -209,6 +228,8 @@ class AgentPerturbSession:
             for r in failed[:5]:
                 tr.write_line(f"  {r['nodeid']}  reward={r['reward']}")
                 tr.write_line(f"    {reproduce_line(r['nodeid'], r['model'], self.settings.seed)}")
+        for line in (self.verdict.lines() if self.verdict is not None else []):
+            tr.write_line(line, red=self.verdict is not None and self.verdict.failed and "breached" in line)
         tr.write_line(f"report: {self.settings.report}")
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")
 

@@ -15,10 +15,11 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import closing
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .records import COLUMNS, EpisodeRecord
+from .records import COLUMNS, EpisodeRecord, Variant
 
 SCHEMA_VERSION = 1
 _TYPES = {
@@ -53,6 +54,8 @@ class Store:
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, created REAL, config TEXT)"
             )
+            self._conn.execute("CREATE TABLE IF NOT EXISTS variants (variant_digest TEXT PRIMARY KEY, "
+                               "family TEXT, operator TEXT, diff TEXT, canaries TEXT)")
 
     def _tx(self) -> Any:
         conn = self._conn
@@ -75,8 +78,8 @@ class Store:
             self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
                                (run_id, time.time(), json.dumps(config, sort_keys=True)))
 
-    def put(self, rec: EpisodeRecord, variant_digest: str = "") -> None:
-        """Insert or replace one episode, committed at once."""
+    def put(self, rec: EpisodeRecord, variant_digest: str = "", variant: Variant | None = None) -> None:
+        """Insert or replace one episode, committed at once (with its variant's diff and canaries)."""
         row = rec.to_row()
         names = [*COLUMNS, "variant_digest", "recorded_at"]
         vals = [row[c] for c in COLUMNS] + [variant_digest, time.time()]
@@ -85,6 +88,10 @@ class Store:
                 f"INSERT OR REPLACE INTO episodes ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                 vals,
             )
+            if variant is not None and variant_digest:
+                canaries = json.dumps([asdict(c) for c in variant.canaries], ensure_ascii=False, sort_keys=True)
+                self._conn.execute("INSERT OR IGNORE INTO variants VALUES (?, ?, ?, ?, ?)",
+                                   (variant_digest, variant.family, variant.operator, variant.diff, canaries))
 
     def get(self, key: tuple[str, str, str, str, str, int], variant_digest: str) -> EpisodeRecord | None:
         """A recorded, error-free episode of that key and variant, if any."""
@@ -105,6 +112,21 @@ class Store:
         )
         for row in cur:
             yield EpisodeRecord.from_row(dict(zip(COLUMNS, row)))
+
+    def rows(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Episode rows (of one run) joined with their variant's ``diff`` and ``canaries`` (JSON text)."""
+        where, args = ("WHERE e.run_id = ?", (run_id,)) if run_id else ("", ())
+        cur = self._conn.execute(
+            f"SELECT {', '.join('e.' + c for c in COLUMNS)}, e.variant_digest, v.diff, v.canaries "
+            f"FROM episodes e LEFT JOIN variants v ON v.variant_digest = e.variant_digest {where} "
+            f"ORDER BY {', '.join('e.' + k for k in KEY)}", args)
+        names = [*COLUMNS, "variant_digest", "diff", "canaries"]
+        return [dict(zip(names, r)) for r in cur]
+
+    def runs(self) -> list[str]:
+        """Run ids in the store, oldest first."""
+        cur = self._conn.execute("SELECT run_id FROM episodes GROUP BY run_id ORDER BY MIN(recorded_at)")
+        return [str(r[0]) for r in cur]
 
     def count(self, run_id: str | None = None) -> int:
         where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())

@@ -1,0 +1,160 @@
+"""The study's analyses over the episode table (DESIGN.md section 4), in one call.
+
+:func:`analyze` runs every metric on a normalised episode table and returns
+an :class:`Analysis` of DataFrames; :func:`summary` turns it into the JSON
+summary of ``agentperturb analyze --json``.  Each metric is also importable
+on its own from the submodules (pure functions over the table).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .degradation import (
+    ALL_MODELS,
+    cells,
+    compliance,
+    drops,
+    malleability,
+    marginal_effects,
+    overall,
+    paired_tests,
+    relative_degradation,
+    suite_average,
+)
+from .stats import N_BOOTSTRAP, N_PERMUTATIONS
+from .table import normalise, pairs, scored
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .sensitivity import Sensitivity
+
+__all__ = [
+    "ALL_MODELS", "Analysis", "analyze", "cells", "compliance", "drops", "malleability", "marginal_effects",
+    "normalise", "overall", "paired_tests", "pairs", "relative_degradation", "scored", "suite_average", "summary",
+]
+
+
+@dataclass
+class Analysis:
+    """Every table of the study for one episode table."""
+
+    episodes: pd.DataFrame
+    drops: pd.DataFrame
+    overall: pd.DataFrame
+    suite_average: pd.DataFrame
+    marginal: pd.DataFrame
+    malleability: pd.DataFrame
+    malleability_family: pd.DataFrame
+    compliance: pd.DataFrame
+    compliance_operator: pd.DataFrame
+    paired_tests: pd.DataFrame
+    predictors: pd.DataFrame
+    sensitivity: list[Sensitivity]
+    recovery_cost: pd.DataFrame
+    rollout_ratios: pd.DataFrame
+    edit_magnitude: pd.DataFrame
+    labels: pd.DataFrame
+    replicates: int = N_BOOTSTRAP
+    permutations: int = N_PERMUTATIONS
+    notes: list[str] = field(default_factory=list)
+
+
+def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
+            task_properties: pd.DataFrame | None = None, manual_labels: pd.DataFrame | None = None,
+            replicates: int = N_BOOTSTRAP, permutations: int = N_PERMUTATIONS, seed: int = 0) -> Analysis:
+    """Run the whole study on ``df`` (already :func:`normalise`-d).
+
+    Args:
+        df: the episode table.
+        capability: ``model, capability`` table for the capability predictor.
+        task_properties: ``[suite,] task, tool_count, instruction_length, solution_length``.
+        manual_labels: imported awareness/behaviour labels (win over computed ones).
+        replicates: bootstrap replicates for every interval.
+        permutations: random assignments of each permutation test.
+        seed: seed of every random draw (same seed, same numbers).
+    """
+    import pandas as pd
+
+    from .cost import edit_magnitude, recovery_cost, rollout_ratios
+    from .labels import label
+    from .predictors import model_predictors, task_predictors
+    from .sensitivity import cross_family
+
+    labelled = label(df, manual_labels)
+    pr = pairs(labelled)
+    dt = drops(labelled, replicates=replicates, seed=seed)
+    ov = overall(dt)
+    preds = pd.concat([t for t in (model_predictors(ov, capability, permutations=permutations, seed=seed),
+                                   task_predictors(labelled, task_properties, permutations=permutations,
+                                                   seed=seed + 1)) if len(t)], ignore_index=True) \
+        if len(ov) else pd.DataFrame(columns=["suite", "predictor", "rho", "p_value", "n", "outcome"])
+    notes = []
+    n_err = int((df["error"] != "").sum())
+    if n_err:
+        notes.append(f"{n_err} episode(s) could not be scored (infrastructure errors) and are excluded "
+                     "from every aggregate.")
+    return Analysis(
+        episodes=labelled, drops=dt, overall=ov, suite_average=suite_average(dt),
+        marginal=marginal_effects(pr), malleability=malleability(pr),
+        malleability_family=malleability(pr, ("suite", "family")),
+        compliance=compliance(labelled), compliance_operator=compliance(labelled, ("suite", "family", "operator")),
+        paired_tests=paired_tests(pr), predictors=preds,
+        sensitivity=cross_family(labelled, replicates=replicates, seed=seed),
+        recovery_cost=recovery_cost(labelled), rollout_ratios=rollout_ratios(pr), edit_magnitude=edit_magnitude(pr),
+        labels=_label_counts(labelled), replicates=replicates, permutations=permutations, notes=notes,
+    )
+
+
+def _label_counts(labelled: pd.DataFrame) -> pd.DataFrame:
+    from .labels import label_counts
+
+    return label_counts(labelled)
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe scalars: NaN/inf become None, numpy scalars plain Python."""
+    if hasattr(v, "item") and not isinstance(v, (list, dict, str)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """DataFrame rows as JSON-safe dicts."""
+    cols = columns or list(df.columns)
+    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+
+
+def summary(a: Analysis) -> dict[str, Any]:
+    """The JSON summary: degradation, suite averages, predictors and every other table."""
+    sens = []
+    for s in a.sensitivity:
+        sens.append({"suite": s.suite, "skipped": s.skipped, "families": s.families,
+                     "replicates": s.replicates, "pairs": [{k: _clean(v) for k, v in r.items()}
+                                                          for r in s.pair_rows()],
+                     "groups": [{k: _clean(v) for k, v in g.items()} for g in s.groups]})
+    return {
+        "degradation": records(a.overall, ["model", "suite", "clean", "perturbed", "relative_drop", "ci_low",
+                                           "ci_high", "n_tasks", "n_perturbed"]),
+        "suite_average": records(a.suite_average),
+        "predictors": records(a.predictors),
+        "drops": records(a.drops),
+        "marginal_effects": records(a.marginal),
+        "malleability": records(a.malleability),
+        "malleability_by_family": records(a.malleability_family),
+        "compliance": records(a.compliance),
+        "compliance_by_operator": records(a.compliance_operator),
+        "paired_tests": records(a.paired_tests),
+        "cross_family": sens,
+        "recovery_cost": records(a.recovery_cost),
+        "rollout_ratios": records(a.rollout_ratios),
+        "edit_magnitude": records(a.edit_magnitude),
+        "labels": records(a.labels),
+        "settings": {"bootstrap_replicates": a.replicates, "permutations": a.permutations},
+        "notes": a.notes,
+    }

@@ -1,0 +1,237 @@
+"""Awareness (A1-A4) and first-error behaviour (E1-E6) labels (DESIGN.md section 4).
+
+Codes follow the paper: A1 no explicit signal, A2 tentative signal, A3
+sustained problem statement, A4 input-channel attribution (highest reached);
+E1 invented content, E2 requirement omitted, E3 corrupted value propagated,
+E4 task abandoned, E5 code defect, E6 judgment reversed.
+
+Labels that follow from the record are *mechanical*: E3 when a planted
+``value`` canary appears in the agent's actions, E4 when a ``missing``
+episode failed without a single question and without any successful tool
+call, A1 when the agent wrote nothing that could carry a signal.  Everything
+read off the wording through the epistemic-marker lexicon below is marked
+*heuristic*.  Manual labels imported from a CSV win over both; labels
+already present in the episode table are kept as *recorded*.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AgentPerturbError
+from ..task import CLEAN
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+AWARENESS = ("A1", "A2", "A3", "A4")
+BEHAVIOUR = ("E1", "E2", "E3", "E4", "E5", "E6")
+ASK_USER = "ask_user"
+
+_HEDGE = re.compile(r"\b(might|may be|maybe|seems?|appears?|not sure|unsure|unclear|possibly|perhaps|"
+                    r"i assume|assuming|probably|i think|could be|double-check|confirm)\b", re.I)
+_PROBLEM = re.compile(r"\b(inconsisten\w*|conflict\w*|contradict\w*|discrepan\w*|mismatch\w*|"
+                      r"does(?:n't| not) (?:match|exist)|not (?:provided|specified|given|available|found)|"
+                      r"missing|wrong|incorrect|invalid|unknown tool|no such|outdated|error)\b", re.I)
+_CHANNEL = re.compile(r"\b(instructions?|task description|procedure|polic(?:y|ies)|tool (?:description|list|"
+                      r"schema|contract|definition)s?|schema|documentation|earlier (?:conversation|message)s?|"
+                      r"context|notes?|the user (?:said|wrote|asked))\b", re.I)
+_ABANDON = re.compile(r"\b(cannot|can't|can not|unable|not possible|impossible|giving up|stop(?:ping)? here)\b",
+                      re.I)
+
+
+def _traj(x: Any) -> list[dict[str, Any]]:
+    if isinstance(x, str):
+        try:
+            v = json.loads(x) if x else []
+        except ValueError:
+            return []
+        return v if isinstance(v, list) else []
+    return list(x) if isinstance(x, (list, tuple)) else []
+
+
+def _canaries(x: Any) -> list[dict[str, str]]:
+    if isinstance(x, str):
+        try:
+            x = json.loads(x) if x else []
+        except ValueError:
+            return []
+    out = []
+    for c in x if isinstance(x, (list, tuple)) else []:
+        if isinstance(c, Mapping):
+            out.append({"kind": str(c.get("kind", "")), "text": str(c.get("text", "")),
+                        "fact": str(c.get("fact", ""))})
+        elif hasattr(c, "kind"):
+            out.append({"kind": c.kind, "text": c.text, "fact": getattr(c, "fact", "")})
+    return out
+
+
+def _texts(traj: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the agent said in words: free text, final answer and its questions to the user."""
+    out = []
+    for e in traj:
+        if e.get("role") != "assistant":
+            continue
+        if e.get("tool") == ASK_USER:
+            a = e.get("args")
+            out.append(str(a.get("question", "")) if isinstance(a, Mapping) else str(a))
+        elif "tool" not in e and e.get("content"):
+            out.append(str(e["content"]))
+    return out
+
+
+def _actions(traj: Sequence[Mapping[str, Any]]) -> str:
+    parts = []
+    for e in traj:
+        if e.get("role") == "assistant":
+            if "tool" in e and e["tool"] != ASK_USER:
+                a = e.get("args")
+                parts += [str(e["tool"]), a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)]
+            elif e.get("final"):
+                parts.append(str(e.get("content", "")))
+    return "\n".join(parts)
+
+
+def awareness(traj: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(code, source) of the highest awareness level the agent's words reach."""
+    texts = _texts(traj)
+    if not texts:
+        return "A1", "mechanical"
+    problem = [t for t in texts if _PROBLEM.search(t)]
+    if any(_CHANNEL.search(t) for t in problem):
+        return "A4", "heuristic"
+    if len(problem) >= 2:
+        return "A3", "heuristic"
+    if problem or any(_HEDGE.search(t) for t in texts):
+        return "A2", "heuristic"
+    return "A1", "heuristic"
+
+
+def behaviour(traj: Sequence[Mapping[str, Any]], family_type: str, canaries: Sequence[Mapping[str, str]],
+              compliance: bool | None, target: str = "") -> tuple[str, str]:
+    """(code, source) of the first error of a failed perturbed episode (see module docstring)."""
+    acts = _actions(traj)
+    asked = any(e.get("role") == "assistant" and e.get("tool") == ASK_USER for e in traj)
+    for c in canaries:
+        if c["kind"] == "value" and c["text"] and c["text"] in acts:
+            return "E3", "mechanical"
+    if not canaries and compliance and family_type == "incorrect" and target != "tool":
+        return "E3", "heuristic"
+    if family_type == "missing" and not asked:
+        ok_calls = [e for e in traj if e.get("role") == "tool" and not str(e.get("content", "")).startswith("ERROR")]
+        finished = any(e.get("final") for e in traj)
+        if not ok_calls or not finished:
+            return "E4", "mechanical"
+        final = " ".join(str(e.get("content", "")) for e in traj if e.get("final"))
+        return ("E4", "heuristic") if _ABANDON.search(final) else ("E1", "heuristic")
+    for c in canaries:
+        if c["text"] and c["text"] in acts:
+            if c["kind"] == "tool":
+                return "E5", "heuristic"
+            if c["kind"] == "goal":
+                return "E6", "heuristic"
+            if c["kind"] == "text":
+                return "E3", "heuristic"
+    if any(e.get("role") == "tool" and str(e.get("content", "")).startswith("ERROR") for e in traj):
+        return "E5", "heuristic"
+    return "E2", "heuristic"
+
+
+def label(df: pd.DataFrame, manual: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The table with ``awareness``, ``behaviour`` and their ``*_source`` filled in.
+
+    Clean episodes get no labels; awareness is labelled on every perturbed
+    episode, behaviour on failed perturbed episodes only.  Precedence:
+    manual > recorded > mechanical/heuristic.
+    """
+    out = df.copy()
+    aw, aws, be, bes = [], [], [], []
+    canaries = out["canaries"] if "canaries" in out.columns else [None] * len(out)
+    for row, can in zip(out.itertuples(index=False), canaries):
+        if row.family == CLEAN or row.error:
+            aw.append(row.awareness or "")
+            aws.append("recorded" if row.awareness else "")
+            be.append(row.behaviour or "")
+            bes.append("recorded" if row.behaviour else "")
+            continue
+        traj = _traj(row.trajectory)
+        a, s = (row.awareness, "recorded") if row.awareness else awareness(traj)
+        aw.append(a)
+        aws.append(s)
+        if row.behaviour:
+            be.append(row.behaviour)
+            bes.append("recorded")
+        elif row.success is False:
+            b, s = behaviour(traj, str(row.type), _canaries(can), row.compliance, str(row.target))
+            be.append(b)
+            bes.append(s)
+        else:
+            be.append("")
+            bes.append("")
+    out["awareness"], out["awareness_source"] = aw, aws
+    out["behaviour"], out["behaviour_source"] = be, bes
+    if manual is not None and len(manual):
+        out = _apply_manual(out, manual)
+    return out
+
+
+def _apply_manual(out: pd.DataFrame, manual: pd.DataFrame) -> pd.DataFrame:
+    keys = [k for k in ("run_id", "model", "task", "family") if k in manual.columns]
+    idx = {tuple(r): i for i, r in zip(out.index, out[keys].itertuples(index=False, name=None))}
+    for r in manual.itertuples(index=False):
+        rd = r._asdict()
+        i = idx.get(tuple(str(rd[k]) for k in keys))
+        if i is None:
+            continue
+        for col in ("awareness", "behaviour"):
+            v = str(rd.get(col) or "").strip()
+            if v and v.lower() != "nan":
+                out.loc[i, col] = v
+                out.loc[i, f"{col}_source"] = "manual"
+    return out
+
+
+def read_manual(path: str) -> pd.DataFrame:
+    """Manual labels: CSV with ``model, task, family, awareness, behaviour`` (optional ``run_id``).
+
+    Raises:
+        AgentPerturbError: naming the file, the row and the bad code.
+    """
+    import pandas as pd
+
+    try:
+        m = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, ValueError) as exc:
+        raise AgentPerturbError(f"{path}: cannot read the labels CSV ({exc})") from None
+    miss = [c for c in ("model", "task", "family") if c not in m.columns]
+    if miss or not ({"awareness", "behaviour"} & set(m.columns)):
+        raise AgentPerturbError(f"{path}: expected columns [run_id,] model, task, family, awareness, behaviour"
+                                f" (missing: {', '.join(miss) or 'awareness/behaviour'})")
+    for col, codes in (("awareness", AWARENESS), ("behaviour", BEHAVIOUR)):
+        if col in m.columns:
+            for n, v in enumerate(m[col], start=2):
+                if v.strip() and v.strip() not in codes:
+                    raise AgentPerturbError(f"{path}: line {n}: {col} {v!r} is not one of {', '.join(codes)}")
+    return m
+
+
+def label_counts(labelled: pd.DataFrame) -> pd.DataFrame:
+    """Counts of each awareness code (perturbed episodes, and failed ones) and behaviour code, per suite."""
+    import pandas as pd
+
+    d = labelled[(labelled["family"] != CLEAN) & (labelled["error"] == "")]
+    out: list[dict[str, Any]] = []
+    for suite, g in d.groupby("suite", sort=True):
+        failed = g[g["success"] == False]  # noqa: E712  (object column of bools)
+        for col, codes, base, scope in (("awareness", AWARENESS, g, "perturbed"),
+                                        ("awareness", AWARENESS, failed, "failed"),
+                                        ("behaviour", BEHAVIOUR, failed, "failed")):
+            for code in codes:
+                sel = base[base[col] == code]
+                out.append({"suite": suite, "label": col, "scope": scope, "code": code, "n": int(len(sel)),
+                            "of": int(len(base)),
+                            "heuristic": int((sel[f"{col}_source"] == "heuristic").sum())})
+    return pd.DataFrame(out, columns=["suite", "label", "scope", "code", "n", "of", "heuristic"])

@@ -1,0 +1,173 @@
+"""Statistical building blocks: rank correlation with a permutation test, paired tests,
+bootstrap weights and percentile intervals (DESIGN.md section 4).
+
+Everything is vectorised numpy and driven by an explicit ``numpy.random.Generator``
+so that the same seed gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Default number of random assignments of the permutation test.
+N_PERMUTATIONS = 100_000
+#: Default number of bootstrap replicates.
+N_BOOTSTRAP = 2000
+_BLOCK = 20_000
+
+
+def ranks(x: npt.ArrayLike, axis: int = -1) -> FloatArray:
+    """Average ranks (1-based) along ``axis``; NaN stays NaN and does not take a rank."""
+    from scipy.stats import rankdata
+
+    a = np.asarray(x, dtype=float)
+    nan = np.isnan(a)
+    r = rankdata(np.where(nan, np.inf, a), method="average", axis=axis)
+    return np.where(nan, np.nan, r).astype(float)
+
+
+def _pearson_rows(x: FloatArray, y: FloatArray) -> FloatArray:
+    """Pearson correlation of ``x`` (n,) with every row of ``y`` (k, n)."""
+    xc = x - x.mean()
+    yc = y - y.mean(axis=-1, keepdims=True)
+    den = math.sqrt(float((xc * xc).sum())) * np.sqrt((yc * yc).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray((yc @ xc) / den, dtype=float)
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Spearman rho, its two-sided permutation p-value, and the sample size."""
+
+    rho: float
+    p_value: float
+    n: int
+    permutations: int
+
+
+def spearman_permutation(x: Sequence[float] | npt.ArrayLike, y: Sequence[float] | npt.ArrayLike, *,
+                         permutations: int = N_PERMUTATIONS, rng: np.random.Generator | None = None) -> Correlation:
+    """Spearman's rho with a two-sided permutation test.
+
+    rho = Pearson correlation of the average ranks of ``x`` and ``y`` over
+    the pairs where both are finite.  p = (1 + #{|rho*| >= |rho|}) / (1 + B)
+    over B random re-assignments of the ``y`` ranks to the ``x`` ranks
+    (ranks are computed once; permutations are drawn in blocks).  NaN rho
+    and p when fewer than 3 pairs remain or either side is constant.
+    """
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    ok = np.isfinite(xa) & np.isfinite(ya)
+    xa, ya = xa[ok], ya[ok]
+    n = int(len(xa))
+    if n < 3 or np.ptp(xa) == 0 or np.ptp(ya) == 0:
+        return Correlation(float("nan"), float("nan"), n, 0)
+    rx, ry = ranks(xa), ranks(ya)
+    rho = float(_pearson_rows(rx, ry[None, :])[0])
+    rng = rng if rng is not None else np.random.default_rng(0)
+    # Permuting y's ranks leaves both centred sums of squares unchanged, so
+    # each permuted rho is one dot product: rho* = (ry*_c . rx_c) / den.
+    xc, yc = rx - rx.mean(), ry - ry.mean()
+    den = math.sqrt(float((xc * xc).sum() * (yc * yc).sum()))
+    hits, done = 0, 0
+    tol = 1e-12
+    while done < permutations:
+        k = min(_BLOCK, permutations - done)
+        perm = rng.permuted(np.broadcast_to(yc, (k, n)), axis=1)
+        r = (perm @ xc) / den
+        hits += int((np.abs(r) >= abs(rho) - tol).sum())
+        done += k
+    return Correlation(rho, (1 + hits) / (1 + permutations), n, permutations)
+
+
+def bootstrap_weights(n: int, replicates: int, rng: np.random.Generator) -> FloatArray:
+    """How often each of ``n`` clusters is drawn in each replicate: shape (replicates, n)."""
+    idx = rng.integers(0, n, size=(replicates, n))
+    flat = (np.arange(replicates)[:, None] * n + idx).ravel()
+    return np.bincount(flat, minlength=replicates * n).reshape(replicates, n).astype(float)
+
+
+def bootstrap_indices(n: int, replicates: int, rng: np.random.Generator) -> IntArray:
+    """Resampled cluster indices, shape (replicates, n)."""
+    return rng.integers(0, n, size=(replicates, n)).astype(np.int64)
+
+
+def percentile_interval(samples: npt.ArrayLike, level: float = 0.95, axis: int = 0) -> tuple[FloatArray, FloatArray]:
+    """Percentile interval of bootstrap ``samples`` along ``axis``, ignoring non-finite replicates.
+
+    Where no replicate is finite the bounds are NaN.
+    """
+    a = np.asarray(samples, dtype=float)
+    lo_q, hi_q = 100 * (1 - level) / 2, 100 * (1 + level) / 2
+    fin = np.isfinite(a)
+    if fin.all():
+        return (np.asarray(np.percentile(a, lo_q, axis=axis), dtype=float),
+                np.asarray(np.percentile(a, hi_q, axis=axis), dtype=float))
+    a = np.where(fin, a, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices give NaN bounds, as documented
+        lo = np.nanpercentile(a, lo_q, axis=axis)
+        hi = np.nanpercentile(a, hi_q, axis=axis)
+    return np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Result of a paired test: its name, statistic, p-value and the counts it used."""
+
+    test: str
+    statistic: float
+    p_value: float
+    n: int
+    harmful: int = 0
+    beneficial: int = 0
+
+
+def mcnemar(clean_pass: Sequence[bool] | npt.ArrayLike, pert_pass: Sequence[bool] | npt.ArrayLike) -> PairedTest:
+    """Exact McNemar test on paired binary outcomes.
+
+    b = clean pass & perturbed fail, c = clean fail & perturbed pass;
+    p = two-sided binomial test of b out of b + c at 1/2 (1.0 when b + c = 0).
+    """
+    from scipy.stats import binomtest
+
+    cp, pp = np.asarray(clean_pass, dtype=bool), np.asarray(pert_pass, dtype=bool)
+    b, c = int((cp & ~pp).sum()), int((~cp & pp).sum())
+    p = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
+    return PairedTest("mcnemar-exact", float(b), p, int(len(cp)), harmful=b, beneficial=c)
+
+
+def signed_rank(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | npt.ArrayLike) -> PairedTest:
+    """Wilcoxon signed-rank test of ``pert - clean`` (zero differences dropped).
+
+    Exact distribution for fewer than 50 non-zero differences without ties,
+    normal approximation otherwise; p = 1.0 when every difference is zero.
+    """
+    from scipy.stats import wilcoxon
+
+    c, p = np.asarray(clean, dtype=float), np.asarray(pert, dtype=float)
+    ok = np.isfinite(c) & np.isfinite(p)
+    d = (p - c)[ok]
+    nz = d[d != 0]
+    if len(nz) == 0:
+        return PairedTest("wilcoxon", 0.0, 1.0, int(len(d)))
+    ties = len(np.unique(np.abs(nz))) < len(nz)
+    method = "approx" if ties or len(nz) >= 50 else "exact"
+    res = wilcoxon(nz, zero_method="wilcox", method=method)
+    return PairedTest("wilcoxon", float(res.statistic), float(res.pvalue), int(len(d)))
+
+
+def paired_test(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | npt.ArrayLike) -> PairedTest:
+    """McNemar when every reward is 0 or 1, the signed-rank test otherwise."""
+    c, p = np.asarray(clean, dtype=float), np.asarray(pert, dtype=float)
+    if np.isin(c, (0.0, 1.0)).all() and np.isin(p, (0.0, 1.0)).all():
+        return mcnemar(c >= 0.5, p >= 0.5)
+    return signed_rank(c, p)

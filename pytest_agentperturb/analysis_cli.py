@@ -1,0 +1,221 @@
+"""The ``report``, ``analyze`` and ``export`` sub-commands of ``agentperturb``.
+
+``report`` re-renders the HTML report from a results store without running
+anything; ``analyze`` runs the full analysis on an episodes CSV (at least
+``model, suite, task, family, reward``) and writes a JSON summary and/or the
+report; ``export`` writes the store's episode table as CSV or Parquet.  The
+gate thresholds, store and report defaults are the plugin's own definitions
+(:mod:`.gate`, :mod:`.options`); a breached threshold makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import gate
+from .errors import AgentPerturbError, OptionError
+from .options import DEFAULT_REPORT, DEFAULT_STORE
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .report import Report
+
+log = logging.getLogger("agentperturb")
+FORMATS = ("csv", "parquet")
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``report``, ``analyze`` and ``export``."""
+    p = sub.add_parser("report", help="re-render the HTML report from a results store (runs nothing).",
+                       description="Re-render the HTML report from a results store without running anything.")
+    _store_args(p)
+    p.add_argument("--out", default=DEFAULT_REPORT, metavar="PATH", help=f"HTML report (default: {DEFAULT_REPORT}).")
+    _analysis_args(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("analyze", help="analyse an episodes CSV: JSON summary and/or HTML report.",
+                       description="Full analysis of an episodes CSV with at least the columns model, suite, "
+                                   "task, family, reward.")
+    p.add_argument("--results", required=True, metavar="CSV", help="episodes CSV (the export format).")
+    p.add_argument("--json", dest="json_out", metavar="PATH", help="write the JSON summary here.")
+    p.add_argument("--out", metavar="PATH", help="write the HTML report here.")
+    p.add_argument("--success-threshold", type=float, default=1.0, metavar="R",
+                   help="reward at or above which an episode counts as a success when the CSV has no "
+                        "'success' column (default: 1.0).")
+    _analysis_args(p)
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("export", help="write the store's episode table as CSV or Parquet.")
+    _store_args(p)
+    p.add_argument("--format", choices=FORMATS, default="csv", help="output format (default: csv).")
+    p.add_argument("--out", required=True, metavar="PATH", help="output file.")
+    p.set_defaults(func=cmd_export)
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH",
+                   help=f"results store (default: {DEFAULT_STORE}; same as --agentperturb-store).")
+    p.add_argument("--run-id", default=None, metavar="ID",
+                   help="run to use (default: the most recent run in the store; 'all' for every run).")
+
+
+def _analysis_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--capability", metavar="CSV", help="capability table: model,capability.")
+    p.add_argument("--labels", metavar="CSV", help="manual awareness/behaviour labels: "
+                                                    "[run_id,]model,task,family,awareness,behaviour.")
+    p.add_argument("--task-properties", metavar="CSV",
+                   help="[suite,]task,tool_count,instruction_length,solution_length.")
+    p.add_argument("--suite", action="append", default=[], metavar="DIR",
+                   help="suite folder to read task properties from (repeatable).")
+    p.add_argument("--replicates", type=int, default=2000, metavar="N", help="bootstrap replicates (2000).")
+    p.add_argument("--permutations", type=int, default=100_000, metavar="N",
+                   help="permutation-test assignments (100000).")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of every random draw (0).")
+    g = p.add_argument_group("gate thresholds (same as the plugin's --agentperturb-* options)")
+    gate.add_arguments(g)  # type: ignore[arg-type]
+
+
+def _inputs(args: argparse.Namespace) -> dict[str, Any]:
+    import pandas as pd
+
+    from .analysis.labels import read_manual
+    from .analysis.predictors import read_capability, task_properties
+
+    if args.replicates < 1 or args.permutations < 1:
+        raise OptionError("--replicates and --permutations must be at least 1")
+    kw: dict[str, Any] = {"replicates": args.replicates, "permutations": args.permutations, "seed": args.seed,
+                          "thresholds": gate.from_args(args)}
+    if args.capability:
+        kw["capability"] = read_capability(args.capability)
+    if args.labels:
+        kw["manual_labels"] = read_manual(args.labels)
+    props = []
+    if args.task_properties:
+        try:
+            props.append(pd.read_csv(args.task_properties, dtype={"task": str, "suite": str}))
+        except (OSError, ValueError) as exc:
+            raise AgentPerturbError(f"{args.task_properties}: cannot read the task-properties CSV ({exc})") from None
+    if args.suite:
+        from .task import load_suite, load_task
+
+        rows = []
+        for d in args.suite:
+            suite = load_suite(Path(d))
+            rows += [task_properties(load_task(t, suite.name, suite.threshold)) for t in suite.task_dirs]
+        props.append(pd.DataFrame(rows))
+    if props:
+        kw["task_properties"] = pd.concat(props, ignore_index=True)
+    return kw
+
+
+def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
+    from contextlib import closing
+
+    from .store import Store
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no results store here; run pytest --agentperturb first or pass --store PATH")
+    with closing(Store(path)) as s:
+        runs = s.runs()
+        if run_id is None and len(runs) > 1:
+            run_id = runs[-1]
+            log.info("store holds runs %s; using the most recent, %s (pass --run-id)", ", ".join(runs), run_id)
+        if run_id not in (None, "all") and run_id not in runs:
+            raise AgentPerturbError(f"{path}: no run {run_id!r} in this store; runs: {', '.join(runs) or 'none'}")
+        return s.rows(None if run_id in (None, "all") else run_id)
+
+
+def _finish(rep: Report) -> int:
+    for line in rep.verdict.lines():
+        log.info("%s", line)
+    return 1 if rep.verdict.failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``agentperturb report``: analysis and HTML from the store."""
+    from .report import write
+
+    kw = _inputs(args)
+    rows = _store_rows(args.store, args.run_id)
+    rep = write(args.out, rows, **kw)
+    log.info("report: %s (%d episodes)", args.out, len(rows))
+    return _finish(rep)
+
+
+def read_results(path: str, threshold: float = 1.0) -> pd.DataFrame:
+    """An episodes CSV, normalised (see :func:`~.analysis.table.normalise`)."""
+    import pandas as pd
+
+    from .analysis import normalise
+
+    try:
+        df = pd.read_csv(path, dtype={c: str for c in ("run_id", "model", "suite", "task", "family", "operator",
+                                                      "error", "awareness", "behaviour", "trajectory")},
+                         keep_default_na=False, na_values={c: [""] for c in ("reward", "success", "compliance")})
+    except (OSError, ValueError) as exc:
+        raise AgentPerturbError(f"{path}: cannot read the episodes CSV ({exc})") from None
+    return normalise(df, threshold=threshold, source=path)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """``agentperturb analyze``: JSON summary and/or HTML report from an episodes CSV."""
+    from .analysis import summary
+    from .report import build
+
+    if not args.json_out and not args.out:
+        raise OptionError("analyze: nothing to write; pass --json PATH and/or --out PATH")
+    table = read_results(args.results, args.success_threshold)
+    kw = _inputs(args)
+    rep = build([], table=table, **kw)
+    if args.json_out:
+        doc = summary(rep.analysis) if rep.analysis is not None else {"degradation": [], "suite_average": [],
+                                                                       "predictors": []}
+        doc["gate"] = {"configured": rep.verdict.thresholds.configured, "failed": rep.verdict.failed,
+                       "lines": rep.verdict.lines()}
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n",
+                                       encoding="utf-8")
+        log.info("summary: %s", args.json_out)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(rep.html, encoding="utf-8")
+        log.info("report: %s", args.out)
+    return _finish(rep)
+
+
+def parquet_engine() -> str | None:
+    """The installed Parquet engine for pandas, if any."""
+    for name in ("pyarrow", "fastparquet"):
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``agentperturb export``: the episode table (:data:`~.records.COLUMNS`) as CSV or Parquet."""
+    import pandas as pd
+
+    from .records import COLUMNS
+
+    engine = parquet_engine() if args.format == "parquet" else None
+    if args.format == "parquet" and engine is None:
+        raise AgentPerturbError("--format parquet needs a Parquet engine for pandas, which pytest-agentperturb "
+                                "does not install: pip install pyarrow (or fastparquet), or use --format csv")
+    rows = _store_rows(args.store, args.run_id)
+    df = pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], columns=list(COLUMNS))
+    for b in ("success", "compliance"):
+        df[b] = df[b].map(lambda v: None if v is None else bool(v)).astype(object)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.format == "csv":
+        df.to_csv(out, index=False)
+    else:
+        df.to_parquet(out, index=False, engine=engine)
+    log.info("exported %d episodes to %s", len(df), out)
+    return 0

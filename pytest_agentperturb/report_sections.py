@@ -1,0 +1,231 @@
+"""The metric sections of the HTML report, one function per DESIGN.md section 4 metric.
+
+Each section function takes an :class:`~pytest_agentperturb.analysis.Analysis`
+and returns escaped HTML.  Tables go through :func:`table`, which escapes
+every cell; plots come from :mod:`pytest_agentperturb.svg`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .svg import correlation_matrix, dot_intervals, esc, heatmap
+from .task import TARGETS, TYPES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .analysis import Analysis
+
+BASELINE_PREFIX = "reference/"
+ALL_MODELS = "all models"
+
+
+def is_baseline(model: str) -> bool:
+    """Reference agents are baselines, never model results."""
+    return str(model).startswith(BASELINE_PREFIX)
+
+
+def model_cell(model: Any) -> str:
+    m = str(model)
+    if is_baseline(m):
+        return f"{esc(m)} <span class='tag baseline'>baseline</span>"
+    if m == ALL_MODELS:
+        return "<i>all models (suite average)</i>"
+    return esc(m)
+
+
+def fmt(v: Any, kind: str) -> str:
+    """One cell, formatted and escaped."""
+    if kind == "model":
+        return model_cell(v)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if kind == "pct":
+        return f"{float(v):.1f} %"
+    if kind == "rate":
+        return f"{float(v):.2f}"
+    if kind == "f3":
+        return f"{float(v):.3f}"
+    if kind == "f0":
+        return f"{float(v):,.0f}"
+    if kind == "i":
+        return f"{int(v)}"
+    if kind == "p":
+        p = float(v)
+        return "&lt;0.001" if p < 0.001 else f"{p:.3f}"
+    return esc(v)
+
+
+Col = tuple[str, str, str]   # header, column (or "ci"), kind
+
+
+def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | None = None) -> str:
+    """An escaped HTML table of ``df``; ``("95% CI", "ci", "pct")`` renders ``[ci_low, ci_high]``."""
+    if not len(df):
+        return "<p class=muted>no data</p>"
+    head = "".join(f"<th{' class=l' if k in ('s', 'model') else ''}>{esc(h)}</th>" for h, _, k in cols)
+    body = []
+    rows = df if limit is None else df.head(limit)
+    for r in rows.to_dict("records"):
+        tds = []
+        for _, c, k in cols:
+            if c == "ci":
+                lo, hi = r.get("ci_low"), r.get("ci_high")
+                tds.append(f"<td class=ci>[{fmt(lo, k)}, {fmt(hi, k)}]</td>")
+            else:
+                tds.append(f"<td{' class=l' if k in ('s', 'model') else ''}>{fmt(r.get(c), k)}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    more = f"<p class=muted>{len(df) - limit} more rows in the JSON summary.</p>" \
+        if limit is not None and len(df) > limit else ""
+    return f"<table class='{cls}'><tr>{head}</tr>{''.join(body)}</table>{more}"
+
+
+def heatmap_for(a: Analysis, model: str, suite: str, *, title: str = "") -> str:
+    """The 4x3 target-by-type heatmap of D for a model (or all models) with bootstrap intervals."""
+    d = a.drops[(a.drops["model"] == model) & (a.drops["suite"] == suite) & (a.drops["level_kind"] == "family")]
+    by = {r["level"]: r for r in d.to_dict("records")}
+    vals = [[float(by.get(f"{t}-{k}", {}).get("relative_drop", float("nan"))) for k in TYPES] for t in TARGETS]
+    ints = [[(float(by.get(f"{t}-{k}", {}).get("ci_low", float("nan"))),
+              float(by.get(f"{t}-{k}", {}).get("ci_high", float("nan")))) for k in TYPES] for t in TARGETS]
+    return heatmap(vals, TARGETS, TYPES, title=title, intervals=ints)
+
+
+def degradation(a: Analysis) -> str:
+    out = ["<p>D = 100 (C − P) / C per level; intervals are 95 % percentile intervals of a cluster bootstrap "
+           f"over tasks ({a.replicates} replicates).</p>"]
+    for suite in sorted(set(a.drops["suite"])):
+        d = a.drops[(a.drops["suite"] == suite) & (a.drops["model"] == ALL_MODELS)]
+        items = [(f"{r['level_kind']}: {r['level']}", r["relative_drop"], r["ci_low"], r["ci_high"])
+                 for r in d.to_dict("records")]
+        out.append(dot_intervals(items, title=f"{suite}: relative drop, all models", unit=" %"))
+        models = [m for m in sorted(set(a.drops["model"])) if m != ALL_MODELS]
+        if len(models) > 1:
+            out.append("<div class=grid>" + "".join(
+                f"<div>{heatmap_for(a, m, suite, title=m + (' (baseline)' if is_baseline(m) else ''))}</div>"
+                for m in models) + "</div>")
+        out.append("<details><summary>every level, every model</summary>" + table(
+            a.drops[a.drops["suite"] == suite],
+            [("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
+             ("clean C", "clean", "f3"), ("perturbed P", "perturbed", "f3"), ("D", "relative_drop", "pct"),
+             ("95% CI", "ci", "pct"), ("episodes", "n_perturbed", "i")]) + "</details>")
+    return "".join(out)
+
+
+def marginal(a: Analysis) -> str:
+    return ("<p>Mean paired drop s<sub>clean</sub> − s<sub>perturbed</sub> over the families sharing a target "
+            "(type); relative = that / mean clean reward of the same pairs.</p>" + table(
+                a.marginal, [("model", "model", "model"), ("suite", "suite", "s"), ("factor", "factor", "s"),
+                             ("level", "level", "s"), ("mean paired drop", "mean_paired_drop", "f3"),
+                             ("relative", "relative", "pct"), ("pairs", "n_pairs", "i")]))
+
+
+def paired(a: Analysis) -> str:
+    return ("<p>Per family: exact McNemar test on pass/fail pairs (binary rewards) or Wilcoxon signed-rank test "
+            "on reward differences (continuous rewards). harmful = pass→fail, beneficial = fail→pass.</p>"
+            + table(a.paired_tests, [("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
+                                     ("test", "test", "s"), ("p", "p_value", "p"), ("pairs", "n_pairs", "i"),
+                                     ("harmful", "harmful", "i"), ("beneficial", "beneficial", "i"),
+                                     ("mean paired drop", "mean_paired_drop", "f3")]))
+
+
+def malleability(a: Analysis) -> str:
+    cols: list[Col] = [("pairs", "n_pairs", "i"), ("flip rate", "flip_rate", "rate"),
+                       ("harmful (of clean passes)", "harmful_rate", "rate"),
+                       ("beneficial (of clean fails)", "beneficial_rate", "rate"),
+                       ("mean |Δreward|", "mean_abs_delta", "f3")]
+    return (table(a.malleability, [("model", "model", "model"), ("suite", "suite", "s"), *cols])
+            + "<h3>By family (all models)</h3>"
+            + table(a.malleability_family, [("suite", "suite", "s"), ("family", "family", "s"), *cols]))
+
+
+def compliance(a: Analysis) -> str:
+    cols: list[Col] = [("episodes", "n", "i"), ("compliance", "compliance_rate", "rate"),
+                       ("bypass", "bypass_rate", "rate")]
+    return ("<p>Compliance: the agent took the perturbation up (a canary in its actions, or it went on without "
+            "the omitted fact). Bypass = 1 − compliance.</p>"
+            + table(a.compliance, [("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
+                                   *cols])
+            + "<h3>Per operator / inserted object (all models)</h3>"
+            + table(a.compliance_operator, [("suite", "suite", "s"), ("family", "family", "s"),
+                                            ("operator", "operator", "s"), *cols]))
+
+
+def predictors(a: Analysis, has_capability: bool) -> str:
+    note = "" if has_capability else (
+        "<p class=muted>No capability table was given: pass <code>--capability capability.csv</code> "
+        "(columns <code>model,capability</code>) to <code>agentperturb report</code> or "
+        "<code>agentperturb analyze</code> for the capability predictor.</p>")
+    return (f"<p>Spearman ρ with a two-sided permutation test ({a.permutations:,} random assignments). Across "
+            "models the outcome is −D (positive ρ: the predictor goes with robustness); across tasks it is the "
+            "per-task D.</p>" + note
+            + table(a.predictors, [("suite", "suite", "s"), ("predictor", "predictor", "s"),
+                                   ("outcome", "outcome", "s"), ("ρ", "rho", "f3"), ("p", "p_value", "p"),
+                                   ("n", "n", "i")]))
+
+
+def sensitivity(a: Analysis) -> str:
+    out = ["<p>Residual rank correlations of relative paired changes between families, after regressing on "
+           "clean-performance rank with model fixed effects; ordered by average-linkage clustering on 1 − ρ; "
+           f"cluster bootstrap over tasks ({a.replicates} replicates), 95 % percentile intervals.</p>"]
+    import pandas as pd
+
+    for s in a.sensitivity:
+        if s.skipped:
+            out.append(f"<p class=muted>{esc(s.suite)}: not estimated: {esc(s.skipped)}</p>")
+            continue
+        out.append(correlation_matrix(s.families, s.rho, title=f"{s.suite}: cross-family ρ", linkage=s.linkage))
+        out.append(table(pd.DataFrame(s.groups), [("group", "group", "s"), ("pairs", "n_pairs", "i"),
+                                                  ("mean ρ", "mean_rho", "f3"), ("95% CI", "ci", "f3")]))
+        out.append("<details><summary>every family pair</summary>" + table(
+            pd.DataFrame(s.pair_rows()), [("f", "family_f", "s"), ("g", "family_g", "s"),
+                                          ("relation", "relation", "s"), ("ρ", "rho", "f3"),
+                                          ("95% CI", "ci", "f3")]) + "</details>")
+    return "".join(out)
+
+
+def cost(a: Analysis) -> str:
+    rc = table(a.recovery_cost, [
+        ("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
+        ("tokens/success clean", "tokens_per_success_clean", "f0"),
+        ("tokens/success perturbed", "tokens_per_success_pert", "f0"),
+        ("median clean", "median_tokens_per_success_clean", "f0"),
+        ("median perturbed", "median_tokens_per_success_pert", "f0"), ("extra tokens", "extra_tokens_pct", "pct"),
+        ("successes/Mtok clean", "successes_per_mtok_clean", "f0"),
+        ("successes/Mtok perturbed", "successes_per_mtok_pert", "f0"), ("change", "spm_change_pct", "pct")])
+    rr = table(a.rollout_ratios, [
+        ("model", "model", "model"), ("suite", "suite", "s"), ("metric", "metric", "s"), ("pairs", "n_pairs", "i"),
+        ("median ratio", "median", "f3"), ("Q1", "q1", "f3"), ("Q3", "q3", "f3"), ("mean", "mean", "f3"),
+        ("SD", "sd", "f3"), ("signed-rank p", "p_value", "p")])
+    em = table(a.edit_magnitude, [
+        ("suite", "suite", "s"), ("operator", "operator", "s"), ("family", "family", "s"), ("pairs", "n_pairs", "i"),
+        ("mean paired drop", "mean_paired_drop", "f3"), ("relative", "relative_drop", "pct"),
+        ("Δ tokens", "delta_tokens", "f0"), ("Δ tool calls", "delta_tool_calls", "f3")])
+    return (f"<h3>Recovery cost</h3>{rc}<h3>Rollout ratios (perturbed / clean, per pair)</h3>"
+            "<p>Median and IQR summarise; mean and SD are tail diagnostics.</p>"
+            f"{rr}<h3>Edit magnitude (tool-contract operators)</h3>{em}")
+
+
+def labels(a: Analysis) -> str:
+    d = a.labels[a.labels["n"] > 0] if len(a.labels) else a.labels
+    return ("<p>A1 no explicit signal · A2 tentative signal · A3 sustained problem statement · A4 input-channel "
+            "attribution; E1 invented content · E2 requirement omitted · E3 corrupted value propagated · "
+            "E4 task abandoned · E5 code defect · E6 judgment reversed. Labels from the epistemic-marker "
+            "lexicon are <b>heuristic</b> (counted in the last column); E3 from canaries and E4 from a stop "
+            "without asking are mechanical; imported labels are manual.</p>"
+            + table(d, [("suite", "suite", "s"), ("label", "label", "s"), ("scope", "scope", "s"),
+                        ("code", "code", "s"), ("n", "n", "i"), ("of", "of", "i"), ("heuristic", "heuristic", "i")]))
+
+
+SECTIONS: tuple[tuple[str, str, Callable[..., str]], ...] = (
+    ("degradation", "Degradation by target, type and family", degradation),
+    ("marginal", "Marginal effects", marginal),
+    ("paired", "Paired tests per family", paired),
+    ("malleability", "Malleability (flip rates)", malleability),
+    ("compliance", "Compliance and bypass", compliance),
+    ("sensitivity", "Cross-family sensitivity", sensitivity),
+    ("cost", "Recovery cost, rollout ratios, edit magnitude", cost),
+    ("labels", "Awareness and first-error behaviour", labels),
+)

@@ -1,0 +1,158 @@
+"""Inline SVG plots for the HTML report, drawn by hand (no plotting dependency).
+
+Every label passes through :func:`esc`; numbers are formatted here, so an
+SVG string can be embedded in the page as is.  Output is deterministic.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def esc(x: Any) -> str:
+    """HTML/XML-escape anything (quotes included)."""
+    return html.escape(str(x), quote=True)
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(float(v))
+
+
+def diverging(v: float, vmax: float = 100.0) -> str:
+    """Red for a drop (positive), green for a gain, grey for missing."""
+    if not _finite(v):
+        return "#eeeeee"
+    a = max(0.0, min(1.0, abs(v) / vmax))
+    base = (200, 40, 40) if v > 0 else (40, 140, 60)
+    r, g, b = (round(255 - (255 - c) * a) for c in base)
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def heatmap(values: Sequence[Sequence[float]], rows: Sequence[str], cols: Sequence[str], *,
+            title: str = "", unit: str = "%", vmax: float = 100.0,
+            intervals: Sequence[Sequence[tuple[float, float]]] | None = None) -> str:
+    """A labelled grid of coloured cells with the value (and interval) printed in each."""
+    cw, ch, left, top = 120, 46 if intervals else 34, 92, 44 if title else 24
+    w, h = left + cw * len(cols) + 8, top + ch * len(rows) + 8
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' viewBox='0 0 {w} {h}' "
+           f"role='img' aria-label='{esc(title or 'heatmap')}' font-family='sans-serif' font-size='12'>"]
+    if title:
+        out.append(f"<text x='4' y='16' font-weight='bold'>{esc(title)}</text>")
+    for j, c in enumerate(cols):
+        out.append(f"<text x='{left + cw * j + cw / 2:.0f}' y='{top - 6}' text-anchor='middle'>{esc(c)}</text>")
+    for i, r in enumerate(rows):
+        y = top + ch * i
+        out.append(f"<text x='{left - 6}' y='{y + ch / 2 + 4:.0f}' text-anchor='end'>{esc(r)}</text>")
+        for j in range(len(cols)):
+            v = values[i][j]
+            x = left + cw * j
+            out.append(f"<rect x='{x}' y='{y}' width='{cw - 2}' height='{ch - 2}' fill='{diverging(v, vmax)}'/>")
+            label = f"{v:.1f}{unit}" if _finite(v) else "n/a"
+            dark = _finite(v) and abs(v) > 0.6 * vmax
+            colour = "#ffffff" if dark else "#222222"
+            out.append(f"<text x='{x + cw / 2 - 1:.0f}' y='{y + 18}' text-anchor='middle' fill='{colour}' "
+                       f"font-weight='bold'>{esc(label)}</text>")
+            if intervals is not None:
+                lo, hi = intervals[i][j]
+                if _finite(lo) and _finite(hi):
+                    out.append(f"<text x='{x + cw / 2 - 1:.0f}' y='{y + 35}' text-anchor='middle' "
+                               f"fill='{colour}' font-size='10'>[{lo:.0f}, {hi:.0f}]</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def dot_intervals(items: Sequence[tuple[str, float, float, float]], *, title: str = "", unit: str = "%",
+                  lo_bound: float | None = None, hi_bound: float | None = None) -> str:
+    """Horizontal dot plot: one row per (label, estimate, low, high), with a zero line."""
+    vals = [v for _, e, lo, hi in items for v in (e, lo, hi) if _finite(v)]
+    if not items:
+        return ""
+    vmin = min([0.0, *vals]) if lo_bound is None else lo_bound
+    vmax = max([1.0, *vals]) if hi_bound is None else hi_bound
+    if vmax - vmin < 1e-9:
+        vmax = vmin + 1.0
+    left, width, rh, top = 210, 380, 20, 30 if title else 12
+    h = top + rh * len(items) + 26
+    w = left + width + 70
+
+    def sx(v: float) -> float:
+        return left + (v - vmin) / (vmax - vmin) * width
+
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' viewBox='0 0 {w} {h}' "
+           f"role='img' aria-label='{esc(title or 'estimates with intervals')}' font-family='sans-serif' "
+           "font-size='11'>"]
+    if title:
+        out.append(f"<text x='4' y='16' font-weight='bold' font-size='12'>{esc(title)}</text>")
+    if vmin <= 0 <= vmax:
+        out.append(f"<line x1='{sx(0):.1f}' x2='{sx(0):.1f}' y1='{top}' y2='{top + rh * len(items)}' "
+                   "stroke='#999' stroke-dasharray='3,3'/>")
+    for i, (label, est, lo, hi) in enumerate(items):
+        y = top + rh * i + rh / 2
+        out.append(f"<text x='{left - 8}' y='{y + 4:.0f}' text-anchor='end'>{esc(label)}</text>")
+        if _finite(lo) and _finite(hi):
+            out.append(f"<line x1='{sx(lo):.1f}' x2='{sx(hi):.1f}' y1='{y:.0f}' y2='{y:.0f}' stroke='#555' "
+                       "stroke-width='2'/>")
+        if _finite(est):
+            out.append(f"<circle cx='{sx(est):.1f}' cy='{y:.0f}' r='4' fill='#b22'/>")
+            out.append(f"<text x='{left + width + 8}' y='{y + 4:.0f}'>{est:.1f}{esc(unit)}</text>")
+    yb = top + rh * len(items) + 14
+    for v in np.linspace(vmin, vmax, 5):
+        out.append(f"<text x='{sx(float(v)):.1f}' y='{yb}' text-anchor='middle' fill='#666'>{v:.0f}</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def correlation_matrix(labels: Sequence[str], rho: Any, *, title: str = "", linkage: Any = None) -> str:
+    """A square correlation matrix in the given (clustering) order, with a dendrogram on top."""
+    k = len(labels)
+    if k == 0:
+        return ""
+    cs, left = 30, 150
+    dend_h = 60 if linkage is not None and len(linkage) else 0
+    top = (24 if title else 6) + dend_h
+    w, h = left + cs * k + 90, top + cs * k + 130
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' viewBox='0 0 {w} {h}' "
+           f"role='img' aria-label='{esc(title or 'correlation matrix')}' font-family='sans-serif' "
+           "font-size='11'>"]
+    if title:
+        out.append(f"<text x='4' y='16' font-weight='bold' font-size='12'>{esc(title)}</text>")
+    if dend_h:
+        out.append(_dendrogram(np.asarray(linkage, dtype=float), k, left, cs, top - 4, dend_h - 8))
+    for i in range(k):
+        out.append(f"<text x='{left - 6}' y='{top + cs * i + cs / 2 + 4:.0f}' text-anchor='end'>"
+                   f"{esc(labels[i])}</text>")
+        x = left + cs * i + cs / 2
+        yl = top + cs * k + 6
+        out.append(f"<text x='{x:.0f}' y='{yl}' transform='rotate(60 {x:.0f} {yl})'>{esc(labels[i])}</text>")
+        for j in range(k):
+            v = float(rho[i][j])
+            out.append(f"<rect x='{left + cs * j}' y='{top + cs * i}' width='{cs - 1}' height='{cs - 1}' "
+                       f"fill='{diverging(v, 1.0) if i != j else '#dddddd'}'>"
+                       f"<title>{esc(labels[i])} / {esc(labels[j])}: "
+                       f"{'n/a' if not _finite(v) else f'{v:.2f}'}</title></rect>")
+            if i != j and _finite(v):
+                out.append(f"<text x='{left + cs * j + cs / 2 - 1:.0f}' y='{top + cs * i + cs / 2 + 4:.0f}' "
+                           f"text-anchor='middle' font-size='9'>{v:.2f}</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _dendrogram(z: Any, k: int, left: float, cs: float, base: float, height: float) -> str:
+    """Dendrogram of a scipy linkage matrix over leaves laid out in leaves_list order."""
+    from scipy.cluster.hierarchy import leaves_list
+
+    order = [int(i) for i in leaves_list(z)]
+    pos: dict[int, tuple[float, float]] = {leaf: (left + cs * order.index(leaf) + cs / 2, 0.0) for leaf in range(k)}
+    hmax = float(z[:, 2].max()) if len(z) and z[:, 2].max() > 0 else 1.0
+    parts = []
+    for n, (a, b, d, _) in enumerate(z):
+        (xa, ha), (xb, hb) = pos[int(a)], pos[int(b)]
+        ya, yb, yd = (base - height * hh / hmax for hh in (ha, hb, float(d)))
+        parts.append(f"<path d='M{xa:.1f},{ya:.1f}V{yd:.1f}H{xb:.1f}V{yb:.1f}' fill='none' stroke='#555'/>")
+        pos[k + n] = ((xa + xb) / 2, float(d))
+    return "".join(parts)
