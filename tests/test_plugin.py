@@ -121,7 +121,7 @@ def test_full_run_reports_verdicts_and_exits_zero(pytester: pytest.Pytester, sui
     assert "reproduce: pytest --agentperturb suites/workflows -k '" in out
     report = (pytester.path / "reports" / "agentperturb.html").read_text()
     assert "reference/literal" in report and "baseline" in report
-    assert "Relative drop by target and type" in report
+    assert "relative drop D by target x type" in report
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] == N_TASKS * N_FAM * 2
         cols = [r[1] for r in db.execute("PRAGMA table_info(episodes)")]

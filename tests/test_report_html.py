@@ -114,7 +114,9 @@ def test_plain_run_under_xdist_writes_full_report(pytester: pytest.Pytester, sui
     text = (pytester.path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
     assert "reference/literal <span class='tag baseline'>baseline</span>" in text
     assert "reference/careful <span class='tag baseline'>baseline</span>" in text
-    assert text.count("<details id='ep-") == 26
+    from pytest_agentperturb.task import FAMILIES, INSERTED
+
+    assert text.count("<details id='ep-") == (1 + len(FAMILIES) + len(INSERTED)) * 2  # one task, two agents
     assert "diff not recorded" not in text and "<mark>" in text
     assert "tool_count" in text   # task properties travel on the reports to the controller
 
