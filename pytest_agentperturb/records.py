@@ -93,6 +93,12 @@ class Variant:
     def is_clean(self) -> bool:
         return self.family == CLEAN
 
+    @property
+    def edit_text(self) -> str:
+        """The diff of the edited surface, or what was planted in tool outputs."""
+        return self.diff or "".join(f"@@ injected into every result of tool {i.tool} @@\n+{i.text}\n"
+                                    for i in self.injections)
+
 
 @dataclass
 class EpisodeRecord:

@@ -302,7 +302,7 @@ def row_extras(item: Any) -> dict[str, Any]:
     from .analysis.predictors import task_properties
 
     v = item.variant
-    return {"diff": v.diff if v is not None else "",
+    return {"diff": v.edit_text if v is not None else "",
             "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
             "task_properties": task_properties(item.task)}
 

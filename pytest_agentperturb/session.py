@@ -25,6 +25,7 @@ from .task import CLEAN, TARGETS
 
 if TYPE_CHECKING:
     from .agents.base import Agent
+    from .analysis import Analysis
     from .collect import PerturbItem
     from .store import Store
 
@@ -57,6 +58,7 @@ class AgentPerturbSession:
         self.started = time.perf_counter()
         self.thresholds = _gate.resolve(config)  # validated at start-up: a bad value is a usage error
         self.verdict: _gate.Verdict | None = None
+        self.analysis: Analysis | None = None
         if config.pluginmanager.hasplugin("html"):
             from .html_extras import HtmlExtras
 
@@ -64,6 +66,9 @@ class AgentPerturbSession:
 
     # -- lifecycle ------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from .perturb import register
+
+        self.config.hook.pytest_agentperturb_register_operators(register=register)
         for m in self.settings.models:
             self.agent(m)  # fail fast on an unknown model
         if not self.is_worker:
@@ -204,6 +209,7 @@ class AgentPerturbSession:
                     skipped=self.skipped, extra_sections=[s for res in extra for s in (res or [])],
                     seed=self.settings.seed)
         self.verdict = rep.verdict
+        self.analysis = rep.analysis
         if rep.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -216,10 +222,11 @@ class AgentPerturbSession:
         tr.write_sep("=", "agentperturb")
         tr.write_line(f"episodes run: {len(self.records) - reused}, reused: {reused}, errors: {errors}, "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
-        from .metrics import summary_lines
+        if self.analysis is not None:
+            from .analysis import summary_lines
 
-        for line in summary_lines(self.records):
-            tr.write_line(line)
+            for line in summary_lines(self.analysis):
+                tr.write_line(line)
         failed = [r for r in self.records if r["success"] is False]
         if failed:
             tr.write_line(f"agent failures: {len(failed)} (first 5 below; all in the report)")

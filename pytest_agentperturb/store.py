@@ -91,7 +91,7 @@ class Store:
             if variant is not None and variant_digest:
                 canaries = json.dumps([asdict(c) for c in variant.canaries], ensure_ascii=False, sort_keys=True)
                 self._conn.execute("INSERT OR IGNORE INTO variants VALUES (?, ?, ?, ?, ?)",
-                                   (variant_digest, variant.family, variant.operator, variant.diff, canaries))
+                                   (variant_digest, variant.family, variant.operator, variant.edit_text, canaries))
 
     def get(self, key: tuple[str, str, str, str, str, int], variant_digest: str) -> EpisodeRecord | None:
         """A recorded, error-free episode of that key and variant, if any."""

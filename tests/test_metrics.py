@@ -305,3 +305,17 @@ def test_overall_drop_matches_formula(tasks: list[tuple[int, float, float]]) -> 
     p = np.mean([t[2] for t in tasks])
     assert r["relative_drop"] == pytest.approx(100 * (c - p) / c)
     assert r["ci_low"] <= r["ci_high"] + 1e-9
+
+
+def test_inserted_objects_stay_out_of_the_pooled_scores(small: pd.DataFrame) -> None:
+    extra = [ep("a", t, "inserted-injection", 0.0, compliance=True) for t in ("t1", "t2", "t3")]
+    df = table([*small.to_dict("records"), *extra])
+    d = drops(df, replicates=50, seed=1).set_index(["model", "level_kind", "level"])
+    # the pooled levels are unchanged by the injection episodes ...
+    assert d.loc[("a", "overall", "all"), "perturbed"] == pytest.approx(2.5 / 6)
+    assert d.loc[("a", "target", "tool"), "perturbed"] == pytest.approx(1 / 3)
+    assert ("a", "type", "inserted") not in d.index
+    # ... and the object is reported on its own
+    assert d.loc[("a", "family", "inserted-injection"), "relative_drop"] == pytest.approx(100.0)
+    assert set(table(extra)["type"]) == {"inserted"} and set(table(extra)["target"]) == {"tool"}
+    assert "inserted" not in set(marginal_effects(pairs(df))["level"])

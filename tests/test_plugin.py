@@ -182,3 +182,28 @@ def test_help_lists_every_option() -> None:
     snapshot = ROOT / "tests" / "snapshots" / "help.txt"
     assert block.strip() == snapshot.read_text().strip(), (
         f"pytest --help changed; if intended, update {snapshot} with:\n{block}")
+
+
+def test_register_operators_hook_adds_an_operator(pytester: pytest.Pytester, suite: Path) -> None:
+    pytester.makeconftest(
+        "from dataclasses import replace\n"
+        "from pytest_agentperturb.perturb import Edit\n"
+        "from pytest_agentperturb.records import Canary\n"
+        "class Shout:\n"
+        "    '''Append a loud, irrelevant line to the user request.'''\n"
+        "    id = 'shout'\n"
+        "    family = 'user-redundant'\n"
+        "    def applicable(self, task):\n"
+        "        return True\n"
+        "    def apply(self, task, rng):\n"
+        "        s = task.surfaces\n"
+        "        return Edit(replace(s, user=s.user + '\\nPS: HAPPY FRIDAY ZZTOP!\\n'), (Canary('text', 'ZZTOP'),))\n"
+        "def pytest_agentperturb_register_operators(register):\n"
+        "    register(Shout())\n"
+    )
+    result = pytester.runpytest_subprocess("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
+                                           "--agentperturb-families", "user-redundant", "-q")
+    assert result.ret == 0
+    with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as db:
+        ops = {r[0] for r in db.execute("SELECT operator FROM episodes")}
+    assert "shout" in ops, ops

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALL_MODELS", "Analysis", "analyze", "cells", "compliance", "drops", "malleability", "marginal_effects",
     "normalise", "overall", "paired_tests", "pairs", "relative_degradation", "scored", "suite_average", "summary",
+    "summary_lines",
 ]
 
 
@@ -107,6 +108,27 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
         recovery_cost=recovery_cost(labelled), rollout_ratios=rollout_ratios(pr), edit_magnitude=edit_magnitude(pr),
         labels=_label_counts(labelled), replicates=replicates, permutations=permutations, notes=notes,
     )
+
+
+def summary_lines(a: Analysis) -> list[str]:
+    """One terminal line per (model, suite): C, P, D with its interval, compliance, turns.
+
+    Compliance is the share of the 12 families' perturbed episodes with a
+    compliance verdict (DESIGN.md section 4); turns are per scored episode.
+    """
+    from ..task import FAMILIES
+
+    ep = scored(a.episodes)
+    lines = []
+    for _, r in a.overall[a.overall["model"] != ALL_MODELS].iterrows():
+        g = ep[(ep["model"] == r["model"]) & (ep["suite"] == r["suite"])]
+        comp = g[g["family"].isin(FAMILIES)]["compliance"].dropna()
+        rate = float(comp.astype(bool).mean()) if len(comp) else float("nan")
+        lines.append(
+            f"{r['model']:<22} {r['suite']:<12} clean {r['clean']:.3f}  perturbed {r['perturbed']:.3f}  "
+            f"drop {r['relative_drop']:.1f}% [{r['ci_low']:.1f}, {r['ci_high']:.1f}]  "
+            f"compliance {rate:.2f}  turns/episode {g['turns'].mean():.1f}")
+    return lines or ["no scored episodes"]
 
 
 def _label_counts(labelled: pd.DataFrame) -> pd.DataFrame:

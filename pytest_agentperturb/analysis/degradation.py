@@ -43,8 +43,9 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
     """Relative degradation overall, per target, per type and per family, with bootstrap intervals.
 
     For model m on suite b: C = mean clean reward, P = mean reward of the
-    perturbed episodes at that level (all, one target, one type or one
-    family), D = 100 (C - P) / C.  The interval is a 95 % percentile
+    perturbed episodes at that level (all 12 families, one target, one type
+    or one family; inserted objects get family-level rows only),
+    D = 100 (C - P) / C.  The interval is a 95 % percentile
     interval of D over a cluster bootstrap of tasks: each replicate draws
     the suite's tasks with replacement (one draw shared by all models, so a
     resampled task keeps all its models) and recomputes C and P from the
@@ -73,8 +74,10 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
         is_clean = (g["family"] == CLEAN).to_numpy()
         np.add.at(csum, (m_idx[is_clean], t_idx[is_clean]), rew[is_clean])
         np.add.at(ccnt, (m_idx[is_clean], t_idx[is_clean]), 1.0)
-        pm = ~is_clean
+        # overall, target and type levels pool the 12 families; inserted objects only get family rows
+        in_families = g["family"].isin(FAMILIES).to_numpy()
         for kind, col in (("overall", None), ("target", "target"), ("type", "type"), ("family", "family")):
+            pm = ~is_clean if kind == "family" else in_families
             labels = ["all"] * int(pm.sum()) if col is None else list(g[col].to_numpy()[pm])
             l_idx = np.array([li.get((kind, lab), -1) for lab in labels], dtype=int)
             ok = l_idx >= 0
@@ -168,6 +171,7 @@ def marginal_effects(pairs: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     out: list[dict[str, object]] = []
+    pairs = pairs[pairs["family"].isin(FAMILIES)]  # inserted objects are not part of a target's family set
     if len(pairs):
         both = pd.concat([pairs, pairs.assign(model=ALL_MODELS)])
         for factor in ("target", "type"):
@@ -193,6 +197,8 @@ def malleability(pairs: pd.DataFrame, by: tuple[str, ...] = ("model", "suite")) 
 
     cols = [*by, "n_pairs", "flip_rate", "harmful_rate", "beneficial_rate", "mean_abs_delta"]
     out: list[dict[str, object]] = []
+    if "family" not in by:  # pooled rates are over the 12 families; inserted objects keep their own rows
+        pairs = pairs[pairs["family"].isin(FAMILIES)]
     if len(pairs):
         for key, g in pairs.groupby(list(by), sort=True):
             cp, pp = g["success_clean"].to_numpy(bool), g["success_pert"].to_numpy(bool)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentPerturbError
 from ..records import COLUMNS
-from ..task import CLEAN, FAMILIES, family_parts
+from ..task import CLEAN, FAMILIES, INSERTED, family_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,10 +73,12 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
             out[c] = None
     for c in ("run_id", "model", "suite", "task", "family", "operator", "error", "awareness", "behaviour"):
         out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
-    # an inserted object's family id is kept; its target/type default to "object"
-    out["target"] = [family_parts(f)[0] if f in FAMILIES or f == CLEAN else (t or "object")
+    # known ids (families, clean, built-in inserted objects) decide target/type; other
+    # object ids keep what the table says, or "object"
+    known = {*FAMILIES, CLEAN, *INSERTED}
+    out["target"] = [family_parts(f)[0] if f in known else (t or "object")
                      for f, t in zip(out["family"], out["target"].fillna(""))]
-    out["type"] = [family_parts(f)[1] if f in FAMILIES or f == CLEAN else (k or "object")
+    out["type"] = [family_parts(f)[1] if f in known else (k or "object")
                    for f, k in zip(out["family"], out["type"].fillna(""))]
     for c in _NUMERIC:
         try:

@@ -75,9 +75,16 @@ def register(op: Operator) -> Operator:
     """Add an operator to its family's catalog (ids are unique per family)."""
     if op.family not in REGISTRY:
         raise ValueError(f"operator {op.id!r}: unknown family {op.family!r}")
-    if any(o.id == op.id for o in REGISTRY[op.family]):
-        raise ValueError(f"operator {op.id!r} is already registered for {op.family}")
-    REGISTRY[op.family].append(op)
+    ops = REGISTRY[op.family]
+    for i, o in enumerate(ops):
+        if o.id == op.id:
+            same = (type(o).__module__, type(o).__qualname__) == (type(op).__module__, type(op).__qualname__)
+            if not same:
+                raise ValueError(f"operator {op.id!r} is already registered for {op.family} "
+                                 f"by {type(o).__module__}.{type(o).__qualname__}; choose another id")
+            ops[i] = op  # the same operator registered again (a module imported twice): keep one
+            return op
+    ops.append(op)
     return op
 
 
