@@ -69,6 +69,10 @@ class Batcher:
         if key not in self._futures:
             self._futures[key] = asyncio.run_coroutine_threadsafe(self._limited(factory), self._ensure_loop())
 
+    def call(self, factory: Factory) -> Any:
+        """Run one coroutine on the loop (outside the episode limit) and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(factory(), self._ensure_loop()).result()
+
     def in_flight(self) -> int:
         """Scheduled episodes that have not finished."""
         return sum(1 for f in self._futures.values() if not f.done())

@@ -39,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .concurrency import Batcher
 from .errors import VariantSkipped
 from .llm_options import LLMSettings
 from .records import Canary, Variant
@@ -236,6 +237,17 @@ def build_variant(task: Task, family: str, seed: int, reply: dict[str, Any]) -> 
     recovery = reply.get("recovery") or []
     if not isinstance(recovery, list) or not all(isinstance(r, str) for r in recovery):
         raise Rejected("'recovery' must be a list of fact ids")
+    # The oracle knows every true value, so rule 4 alone cannot see a fact made unrecoverable:
+    # every corrupted or no-longer-stated fact must be in the recovery annotation.
+    from .perturb.text_ops import omitted_after
+
+    typ = family_parts(family)[1]
+    need = {c.fact for c in canaries if c.kind == "value" and c.fact} if typ == "incorrect" else set()
+    if typ == "missing":
+        need |= {f.id for f in omitted_after(task, surfaces)}
+    unrecoverable = sorted(need - set(recovery))
+    if unrecoverable:
+        raise Rejected(f"'recovery' must name the facts the edit makes wrong or missing: add {unrecoverable}")
     op_id = re.sub(r"[^a-z0-9_]+", "_", str(reply.get("operator") or "edit").lower()).strip("_")[:40] or "edit"
     v = Variant(task=task.key, family=family, operator=f"llm:{op_id}", seed=seed, surfaces=surfaces,
                 canaries=tuple(canaries), recovery=tuple(dict.fromkeys(recovery)), note=str(reply.get("note", ""))[:300])
@@ -273,8 +285,10 @@ def _from_json(task: Task, d: dict[str, Any]) -> Variant:
 class Generator:
     """Writes, validates and caches LLM variants for one generator model."""
 
-    def __init__(self, settings: LLMSettings, prompts: Path = PROMPTS) -> None:
+    def __init__(self, settings: LLMSettings, prompts: Path = PROMPTS, batcher: Batcher | None = None) -> None:
         self.settings = settings
+        self._own_batcher = batcher is None
+        self.batcher = batcher or Batcher(1)
         self.model = settings.generator
         self.prompts = prompts
         self.prompt_hash = prompt_hash(prompts)
@@ -288,15 +302,25 @@ class Generator:
 
     def ask(self, stage: str, values: dict[str, str]) -> dict[str, Any]:
         """One model call for ``stage``; the parsed JSON reply (:class:`Rejected` if it is not JSON)."""
-        from .agents.litellm_agent import call_kwargs, import_litellm, with_retries_sync
+        from .agents.litellm_agent import call_kwargs, import_litellm, with_retries
 
-        litellm = import_litellm()
         prompt = render(stage, values, self.prompts)
         kw = call_kwargs(self.model, self.settings)
         self.calls += 1
-        resp = with_retries_sync(lambda: litellm.completion(
-            messages=[{"role": "user", "content": prompt}], seed=int(values["seed"]), **kw), self.model, self.settings)
+
+        async def once() -> Any:
+            litellm = import_litellm()
+            return await litellm.acompletion(messages=[{"role": "user", "content": prompt}],
+                                             seed=int(values["seed"]), **kw)
+
+        # on the long-lived episode loop: litellm's clients stay bound to one loop, closed at the end
+        resp = self.batcher.call(lambda: with_retries(once, self.model, self.settings))
         return parse_json(resp.choices[0].message.content or "")
+
+    def close(self) -> None:
+        """Stop the generator's own event loop (not a shared one)."""
+        if self._own_batcher:
+            self.batcher.close()
 
     def make_variant(self, task: Task, family: str, seed: int) -> Variant:
         """Cached LLM variant; regenerated on rejection; rule operators when every candidate fails."""

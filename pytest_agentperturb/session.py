@@ -108,7 +108,7 @@ class AgentPerturbSession:
             if self._generator is None:
                 from .generator import Generator
 
-                self._generator = Generator(self.llm)
+                self._generator = Generator(self.llm, batcher=self.batcher())
             return self._generator.make_variant(item.task, item.family, item.seed)
         from .perturb import make_variant
 

@@ -60,6 +60,18 @@ def preimport() -> None:
     import_litellm()
 
 
+try:
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def preimported() -> None:
+        """Session-scoped :func:`preimport`: runs before any function-scoped ``pytester``,
+        whose teardown would otherwise delete modules imported inside the test."""
+        preimport()
+except ImportError:  # pragma: no cover - the benchmark runs this file without pytest fixtures
+    pass
+
+
 def completion(content: str | None = None, tool_calls: Iterable[tuple[str, str]] = (),
                prompt_tokens: int = 100, completion_tokens: int = 20, reasoning_tokens: int = 0,
                model: str = "fake") -> dict[str, Any]:
@@ -92,6 +104,18 @@ def tool_call(name: str, args: dict[str, Any] | str, **usage: Any) -> Reply:
 def answer(text: str, **usage: Any) -> Reply:
     """A final answer without tool calls."""
     return Reply(200, completion(text, **usage))
+
+
+#: The gold solution of ``suites/workflows/forward-invoice`` as model replies, with usage.
+GOLD_REPLIES = [
+    tool_call("mail_search", {"query": "INV-5521"}, prompt_tokens=300, completion_tokens=10, reasoning_tokens=4),
+    tool_call("files_move", {"path": "/mail-attachments/INV-5521.pdf", "folder": "/finance/payable"},
+              prompt_tokens=400, completion_tokens=20, reasoning_tokens=0),
+    tool_call("mail_send", {"to": "ap@acme.test", "subject": "Invoice INV-5521 / PO-7730", "body": "filed"},
+              prompt_tokens=500, completion_tokens=30, reasoning_tokens=6),
+    answer("Filed INV-5521 in /finance/payable and forwarded it to ap@acme.test quoting PO-7730.",
+           prompt_tokens=600, completion_tokens=40),
+]
 
 
 class Script:
@@ -168,6 +192,7 @@ class FakeOpenAI:
         self.policy = policy
         self.requests: list[dict[str, Any]] = []
         self.times: list[tuple[float, float]] = []
+        self.auth: list[str] = []
         self._lock = threading.Lock()
         outer = self
 
@@ -186,6 +211,7 @@ class FakeOpenAI:
                 else:
                     with outer._lock:
                         outer.requests.append(body)
+                        outer.auth.append(self.headers.get("Authorization", ""))
                     reply = outer.policy(body)
                 if reply.delay:
                     time.sleep(reply.delay)

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai import FakeOpenAI, Reply, Script, StepsPolicy, answer, error, preimport, tool_call
+from fake_openai import GOLD_REPLIES, FakeOpenAI, Reply, Script, StepsPolicy, answer, error, tool_call, preimported  # noqa: F401 (fixture)
 
 from pytest_agentperturb.agents.litellm_agent import tool_result_messages
 from pytest_agentperturb.store import read_episodes
 
+pytestmark = pytest.mark.usefixtures("preimported")
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_KEY = "sk-test-not-a-real-key"
 
@@ -35,7 +36,6 @@ def suite_copy(pytester: pytest.Pytester) -> Path:
 
 @pytest.fixture(autouse=True)
 def _fake_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    preimport()
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
 
 
@@ -53,15 +53,7 @@ def rows(pytester: pytest.Pytester) -> list[Any]:
     return read_episodes(pytester.path / "s.sqlite")
 
 
-GOLD = [
-    tool_call("mail_search", {"query": "INV-5521"}, prompt_tokens=300, completion_tokens=10, reasoning_tokens=4),
-    tool_call("files_move", {"path": "/mail-attachments/INV-5521.pdf", "folder": "/finance/payable"},
-              prompt_tokens=400, completion_tokens=20, reasoning_tokens=0),
-    tool_call("mail_send", {"to": "ap@acme.test", "subject": "Invoice INV-5521 / PO-7730", "body": "filed"},
-              prompt_tokens=500, completion_tokens=30, reasoning_tokens=6),
-    answer("Filed INV-5521 in /finance/payable and forwarded it to ap@acme.test quoting PO-7730.",
-           prompt_tokens=600, completion_tokens=40),
-]
+GOLD = GOLD_REPLIES
 
 
 def test_scripted_tool_calls_solve_the_task_and_usage_is_recorded(pytester: pytest.Pytester,

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import re
-import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -164,22 +163,6 @@ async def with_retries(call: Callable[[], Awaitable[T]], model: str, settings: L
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def with_retries_sync(call: Callable[[], T], model: str, settings: LLMSettings) -> T:
-    """Blocking twin of :func:`with_retries` (the generator runs outside the event loop)."""
-    for attempt in range(settings.attempts):
-        try:
-            return call()
-        except Exception as exc:
-            err = exc if isinstance(exc, ProviderError) else classify(exc, model)
-            if not err.retry or attempt + 1 >= settings.attempts:
-                raise err from None
-            delay = settings.backoff * 2 ** attempt
-            log.warning("%s: %s; retry %d of %d in %.3g s", model, type(err).__name__, attempt + 1,
-                        settings.attempts - 1, delay)
-            time.sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 def call_kwargs(model: str, settings: LLMSettings) -> dict[str, Any]:
     """Keyword arguments common to every litellm call of ``model`` (no retries inside litellm)."""
     kw: dict[str, Any] = {"model": model, "max_tokens": settings.max_tokens, "timeout": settings.request_timeout,
@@ -193,11 +176,10 @@ def usage_of(litellm: Any, response: Any) -> dict[str, Any]:
     """Provider-reported usage of one call: input, output, reasoning tokens and cost (None if unpriced)."""
     u = getattr(response, "usage", None)
     details = getattr(u, "completion_tokens_details", None)
-    cost: float | None
-    try:
-        cost = float(litellm.completion_cost(completion_response=response))
-    except Exception:  # the model is not in litellm's price map (local servers, new models)
-        cost = None
+    # litellm prices every response once (None when the model is not in its price map)
+    hidden = getattr(response, "_hidden_params", None) or {}
+    raw_cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    cost = float(raw_cost) if isinstance(raw_cost, (int, float)) else None
     return {"input_tokens": int(getattr(u, "prompt_tokens", 0) or 0),
             "output_tokens": int(getattr(u, "completion_tokens", 0) or 0),
             "reasoning_tokens": int(getattr(details, "reasoning_tokens", 0) or 0),
