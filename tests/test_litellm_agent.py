@@ -202,7 +202,8 @@ print("COSTMAP", os.environ["LITELLM_LOCAL_MODEL_COST_MAP"], "CONNECTS", len(cal
 """
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "suites" / "workflows")], cwd=tmp_path,
+    shutil.copytree(ROOT / "suites" / "workflows", tmp_path / "suites" / "workflows")
+    out = subprocess.run([sys.executable, "-c", code, "suites/workflows"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=120)
     assert "COSTMAP True CONNECTS 0" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 
