@@ -42,7 +42,8 @@ def addoption(parser: pytest.Parser) -> None:
                 help="collect task suites (folders with suite.toml) as perturbation tests.")
     g.addoption(MODEL, action="append", default=None, metavar="MODEL",
                 help="agent/model to run, repeatable: reference/oracle, reference/literal, "
-                     f"reference/careful (default: {', '.join(DEFAULT_MODELS)}).")
+                     "reference/careful, or any litellm model such as openai/gpt-5-mini or "
+                     f"ollama_chat/qwen3:8b (default: {', '.join(DEFAULT_MODELS)}).")
     g.addoption(FAMILIES_OPT, default=None, metavar="LIST",
                 help="comma-separated families to collect: clean, <target>-<type> and/or inserted objects "
                      "(inserted-fake-tool, inserted-distractor-turn, inserted-injection) (default: all 16).")
@@ -54,6 +55,9 @@ def addoption(parser: pytest.Parser) -> None:
                 help="reuse episodes already recorded in the store for this run id; run only the missing ones.")
     g.addoption(RUN_ID, default=None, metavar="ID",
                 help="name of this run in the store (default: seed-<seed>).")
+    from . import llm_options
+
+    llm_options.addoption(parser)
     parser.addini(_ini_name(ENABLE), "enable pytest-agentperturb (same as --agentperturb).", type="bool",
                   default=False)
     parser.addini("agentperturb_models", "agents/models to run, one per line.", type="linelist", default=[])

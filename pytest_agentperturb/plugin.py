@@ -58,6 +58,10 @@ def pytest_agentperturb_make_agent(model: str, config: pytest.Config) -> Any:
 
     if model in REFERENCE_AGENTS:
         return REFERENCE_AGENTS[model]()
-    raise pytest.UsageError(
-        f"--agentperturb-model {model!r}: unknown agent. Built-in baselines: {', '.join(REFERENCE_AGENTS)}."
-    )
+    if model.startswith("reference/"):
+        raise pytest.UsageError(
+            f"--agentperturb-model {model!r}: unknown baseline. Built-in baselines: {', '.join(REFERENCE_AGENTS)}.")
+    from . import llm_options
+    from .agents.litellm_agent import LiteLLMAgent  # cheap: litellm itself is imported on first call
+
+    return LiteLLMAgent(model, llm_options.resolve(config))

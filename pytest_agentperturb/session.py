@@ -8,7 +8,6 @@ writes the HTML report once, at the end.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import __version__
+from . import __version__, llm_options
 from . import gate as _gate
 from .errors import InfrastructureError, VariantSkipped
 from .options import Settings
@@ -27,6 +26,8 @@ if TYPE_CHECKING:
     from .agents.base import Agent
     from .analysis import Analysis
     from .collect import PerturbItem
+    from .concurrency import Batcher
+    from .generator import Generator
     from .store import Store
 
 SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
@@ -63,6 +64,9 @@ class AgentPerturbSession:
             from .html_extras import HtmlExtras
 
             config.pluginmanager.register(HtmlExtras(self), "agentperturb-html-extras")
+        self.llm = llm_options.resolve(config)
+        self._batcher: Batcher | None = None
+        self._generator: Generator | None = None
 
     # -- lifecycle ------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -101,37 +105,93 @@ class AgentPerturbSession:
         return self._agents[model]
 
     # -- running ---------------------------------------------------------------
-    def variant(self, item: PerturbItem) -> Variant:
-        from .perturb import make_variant
-
+    def _variant(self, item: PerturbItem) -> Variant | VariantSkipped:
         key = (item.task.key, item.family, item.seed)
         if key not in self._variants:
             try:
-                self._variants[key] = make_variant(item.task, item.family, item.seed)
+                self._variants[key] = self.make_variant(item)
             except VariantSkipped as exc:
                 self._variants[key] = exc
-        v = self._variants[key]
+        return self._variants[key]
+
+    def make_variant(self, item: PerturbItem) -> Variant:
+        """Rule operators, or the LLM generator when ``--agentperturb-generator`` is set."""
+        if self.llm.generator:
+            if self._generator is None:
+                from .generator import Generator
+
+                self._generator = Generator(self.llm, batcher=self.batcher())
+            return self._generator.make_variant(item.task, item.family, item.seed)
+        from .perturb import make_variant
+
+        return make_variant(item.task, item.family, item.seed)
+
+    def variant(self, item: PerturbItem) -> Variant:
+        v = self._variant(item)
         if isinstance(v, VariantSkipped):
             self.skipped.append((item.nodeid, str(v)))
             pytest.skip(str(v))
         return v
 
-    def run_item(self, item: PerturbItem) -> None:
-        """Run (or, with --agentperturb-resume, reuse) the item's episode and store it."""
+    def _key(self, item: PerturbItem) -> tuple[str, str, str, str, str, int]:
+        return (self.settings.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed)
+
+    def _episode(self, item: PerturbItem, variant: Variant) -> Any:
+        """A factory of the item's episode coroutine (run on the batcher's loop)."""
         from .runner import run_episode
+
+        agent = self.agent(item.model)
+        return lambda: run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,
+                                   timeout_s=self.llm.episode_timeout)
+
+    def _prefetch(self, item: pytest.Item) -> Any:
+        """Episode factory of an upcoming item, or None when it will be skipped or reused."""
+        from .collect import PerturbItem
+
+        if not isinstance(item, PerturbItem):
+            return None
+        v = self._variant(item)
+        if isinstance(v, VariantSkipped):
+            return None
+        if self.settings.resume and self.store().get(self._key(item), variant_digest(item.task.digest(), v)):
+            return None
+        return self._episode(item, v)
+
+    def batcher(self) -> Batcher:
+        if self._batcher is None:
+            from .concurrency import Batcher
+
+            self._batcher = Batcher(self.llm.concurrency)
+        return self._batcher
+
+    def run_item(self, item: PerturbItem) -> None:
+        """Run (or, with --agentperturb-resume, reuse) the item's episode and store it.
+
+        The episode runs on the batcher's event loop together with the
+        prefetched episodes of the items this process runs next.
+        """
+        from .concurrency import upcoming
 
         variant = self.variant(item)
         item.variant = variant
         digest = variant_digest(item.task.digest(), variant)
-        s = self.settings
-        key = (s.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed)
-        if s.resume:
+        key = self._key(item)
+        if self.settings.resume:
             old = self.store().get(key, digest)
             if old is not None:
                 item.record, item.reused = old, True
                 return
-        rec = asyncio.run(run_episode(item.task, variant, self.agent(item.model), run_id=s.run_id,
-                                      seed=item.seed))
+        batcher = self.batcher()
+
+        def top_up(n: int) -> None:
+            for nxt in upcoming(item.session, item):
+                if n <= 0:
+                    break
+                if not batcher.scheduled(nxt.nodeid) and (factory := self._prefetch(nxt)) is not None:
+                    batcher.submit(nxt.nodeid, factory)
+                    n -= 1
+
+        rec: EpisodeRecord = batcher.run(item.nodeid, self._episode(item, variant), top_up)
         rec.model = item.model
         self.store().put(rec, digest, variant)
         item.record = rec
@@ -196,6 +256,8 @@ class AgentPerturbSession:
             self.records.append(row)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._batcher is not None:
+            self._batcher.close()
         if self._store is not None:
             self._store.close()
         if self.is_worker:
@@ -220,7 +282,8 @@ class AgentPerturbSession:
         reused = sum(1 for r in self.records if r.get("reused"))
         errors = sum(1 for r in self.records if r.get("error"))
         tr.write_sep("=", "agentperturb")
-        tr.write_line(f"episodes run: {len(self.records) - reused}, reused: {reused}, errors: {errors}, "
+        tr.write_line(f"episodes run: {len(self.records) - reused}, reused: {reused}, "
+                      f"errors: {errors} (excluded from every aggregate), "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
         if self.analysis is not None:
             from .analysis import summary_lines

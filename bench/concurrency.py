@@ -1,0 +1,96 @@
+"""Throughput of ``pytest --agentperturb`` against a local OpenAI-compatible server.
+
+Starts ``tests/fake_openai.py`` (every reply after a fixed latency, ``k`` calls
+per episode) in its own process, then runs the real path -- ``pytest
+--agentperturb suites/workflows --agentperturb-model openai/fake-*`` -- in a
+subprocess, and prints:
+
+* achieved episodes/s over the ideal ``concurrency / (k x latency)``, both
+  end to end (the whole pytest process, start-up and collection included)
+  and over the episode phase (the session's own "wall time");
+* the harness's own CPU seconds per episode (user + sys of the pytest
+  process; the server runs elsewhere).
+
+Usage::
+
+    python bench/concurrency.py [--concurrency 32] [--latency 0.5] [--steps 4] [--models 3] [-n 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--latency", type=float, default=0.5, help="seconds per model call")
+    ap.add_argument("--steps", type=int, default=4, help="model calls per episode (k)")
+    ap.add_argument("--models", type=int, default=3, help="fake models (each x 117 items)")
+    ap.add_argument("-n", "--workers", type=int, default=0, help="xdist workers (0: no xdist)")
+    a = ap.parse_args()
+
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", str(a.latency),
+                               "--steps", str(a.steps)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline().split()[1])
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(ROOT / "suites" / "workflows", Path(tmp) / "suites" / "workflows")
+            models = [arg for i in range(a.models) for arg in ("--agentperturb-model", f"openai/fake-{i}")]
+            cmd = [sys.executable, "-m", "pytest", "--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider",
+                   *models, "--agentperturb-api-base", f"http://127.0.0.1:{port}/v1",
+                   "--agentperturb-concurrency", str(a.concurrency), "--agentperturb-store", "bench.sqlite",
+                   "--agentperturb-report", "bench.html"]
+            if a.workers:
+                cmd += ["-n", str(a.workers)]
+            env = dict(os.environ, OPENAI_API_KEY="sk-bench-fake", PYTHONPATH=str(ROOT))
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if out.returncode not in (0, 1):
+            print(out.stdout[-3000:], out.stderr[-3000:], file=sys.stderr)
+            return 1
+        m = re.search(r"episodes run: (\d+), reused: \d+, errors: (\d+)", out.stdout)
+        if not m:
+            print(out.stdout[-3000:], file=sys.stderr)
+            return 1
+        episodes, errors = int(m.group(1)), int(m.group(2))
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        ideal = a.concurrency * max(1, a.workers) / (a.steps * a.latency)
+        phase = _episode_phase(out.stdout, wall)
+        print(f"episodes: {episodes} (errors {errors}), k={a.steps} calls, latency {a.latency} s, "
+              f"concurrency {a.concurrency} x {max(1, a.workers)} process(es)")
+        print(f"ideal: {ideal:.2f} episodes/s")
+        print(f"end to end: {wall:.1f} s, {episodes / wall:.2f} episodes/s = {episodes / wall / ideal:.2f} of ideal")
+        if phase:
+            print(f"session (pytest_configure to summary): {phase:.1f} s, {episodes / phase:.2f} episodes/s = "
+                  f"{episodes / phase / ideal:.2f} of ideal")
+        print(f"harness CPU: {cpu:.1f} s = {cpu / max(episodes, 1) * 1000:.1f} ms per episode")
+        return 0
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _episode_phase(stdout: str, wall: float) -> float | None:
+    """Wall time of the episodes as the session reports it (``wall time: X s``)."""
+    m = re.search(r"wall time: ([\d.]+) s", stdout)
+    return float(m.group(1)) if m else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

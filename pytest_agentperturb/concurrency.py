@@ -1,0 +1,196 @@
+"""Many episodes in flight per process, while pytest runs items one at a time.
+
+Episodes are I/O-bound (they wait on model providers), so each process (the
+only one, or each xdist worker) keeps a background event loop in a daemon
+thread.  When an item runs, :class:`Batcher` submits its episode *and*
+prefetches the episodes of the items this process is going to run next, up
+to ``--agentperturb-concurrency`` in flight (a per-model connection limit
+lives in the agent).  Each item then waits for its own recorded outcome, and
+while it waits the window is topped up whenever an episode finishes, so the
+pipeline stays full even when the current episode is the slowest.
+
+Which items come next: without xdist, the items after the current one in
+``session.items``; on an xdist worker, exactly the items the controller has
+already sent to this worker (its pending queue), so no episode runs on two
+workers.  Nothing here crosses processes: the loop, the semaphore and the API
+clients are created lazily in the process that uses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import logging
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+log = logging.getLogger("pytest_agentperturb.concurrency")
+R = TypeVar("R")
+Factory = Callable[[], Coroutine[Any, Any, Any]]
+
+
+class Batcher:
+    """A background event loop that runs up to ``concurrency`` episodes at once.
+
+    Args:
+        concurrency: episodes in flight at most.
+        lookahead: how many submitted-but-unfinished episodes to keep beyond
+            ``concurrency`` so the next one starts the moment a slot frees up.
+    """
+
+    def __init__(self, concurrency: int, lookahead: int | None = None) -> None:
+        self.concurrency = concurrency
+        self.window = concurrency + (lookahead if lookahead is not None else max(2, concurrency // 4))
+        self._futures: dict[str, cf.Future[Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._sem: asyncio.Semaphore | None = None
+
+    # -- the loop ------------------------------------------------------------------
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=loop.run_forever, name="agentperturb-episodes", daemon=True)
+            self._thread.start()
+            self._loop = loop
+        return self._loop
+
+    async def _limited(self, factory: Factory) -> Any:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+        async with self._sem:
+            return await factory()
+
+    def submit(self, key: str, factory: Factory) -> None:
+        """Schedule ``factory()`` under the concurrency limit, unless ``key`` is already scheduled."""
+        if key not in self._futures:
+            self._futures[key] = asyncio.run_coroutine_threadsafe(self._limited(factory), self._ensure_loop())
+
+    def call(self, factory: Factory) -> Any:
+        """Run one coroutine on the loop (outside the episode limit) and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(factory(), self._ensure_loop()).result()
+
+    def in_flight(self) -> int:
+        """Scheduled episodes that have not finished."""
+        return sum(1 for f in self._futures.values() if not f.done())
+
+    def scheduled(self, key: str) -> bool:
+        """Whether ``key`` was submitted and its result not yet taken."""
+        return key in self._futures
+
+    def run(self, key: str, factory: Factory, top_up: Callable[[int], None]) -> Any:
+        """Submit ``key`` (if needed) and block until its result; keep the window full meanwhile.
+
+        ``top_up(n)`` is asked to submit up to ``n`` more upcoming episodes;
+        it is called before waiting and each time an episode finishes.
+        """
+        self.submit(key, factory)
+        fut = self._futures[key]
+        while True:
+            room = self.window - self.in_flight()
+            if room > 0:
+                top_up(room)
+            if fut.done():
+                break
+            pending = [f for f in self._futures.values() if not f.done()]
+            cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+        del self._futures[key]
+        return fut.result()
+
+    def close(self) -> None:
+        """Cancel what is still scheduled, close API clients, stop the loop."""
+        if self._loop is None:
+            return
+        for f in self._futures.values():
+            f.cancel()
+        self._futures.clear()
+        from .agents.litellm_agent import close_clients
+
+        try:
+            asyncio.run_coroutine_threadsafe(close_clients(), self._loop).result(timeout=10)
+        except Exception:  # pragma: no cover - best effort at shutdown
+            log.debug("closing API clients failed", exc_info=True)
+        loop = self._loop
+
+        async def _drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(_drain(), loop).result(timeout=10)
+        except Exception:  # pragma: no cover
+            log.debug("draining the episode loop failed", exc_info=True)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        loop.close()
+        self._loop = self._thread = None
+
+
+def upcoming(session: pytest.Session, item: pytest.Item) -> Iterator[pytest.Item]:
+    """Items this process will run after ``item``, in order.
+
+    On an xdist worker these are the indices the controller already sent
+    (the worker's pending queue); otherwise the rest of ``session.items``.
+    """
+    items = session.items
+    interactor = _xdist_interactor(session.config)
+    if interactor is not None:
+        indices: list[Any] = []
+        nxt = getattr(interactor, "nextitem_index", None)
+        if isinstance(nxt, int):
+            indices.append(nxt)
+        queue = getattr(interactor, "torun", None)
+        if queue is not None and hasattr(queue, "lock"):
+            with queue.lock() as pending:
+                indices += [i for i in pending if isinstance(i, int)]
+        for i in indices:
+            if 0 <= i < len(items) and items[i] is not item:
+                yield items[i]
+        return
+    if getattr(session.config, "workerinput", None) is not None:
+        return  # an xdist worker whose queue we cannot see: run one at a time
+    try:
+        start = _index(session, item) + 1
+    except ValueError:
+        return
+    yield from items[start:]
+
+
+_INDEX = pytest.StashKey[dict[str, int]]()
+
+
+def _index(session: pytest.Session, item: pytest.Item) -> int:
+    """Position of ``item`` in ``session.items`` (node id -> index, kept in the session's stash)."""
+    index = session.stash.get(_INDEX, None)
+    if index is None or len(index) != len(session.items):
+        index = {it.nodeid: i for i, it in enumerate(session.items)}
+        session.stash[_INDEX] = index
+    if item.nodeid not in index:
+        raise ValueError(item.nodeid)
+    return index[item.nodeid]
+
+
+def _xdist_interactor(config: pytest.Config) -> Any:
+    """xdist's worker-side object holding the queue of item indices sent to this worker."""
+    if getattr(config, "workerinput", None) is None:
+        return None
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
+            return plugin
+    return None
+
+
+def take(it: Iterable[R], n: int) -> list[R]:
+    """The first ``n`` elements of ``it``."""
+    out: list[R] = []
+    for x in it:
+        if len(out) >= n:
+            break
+        out.append(x)
+    return out

@@ -1,0 +1,112 @@
+"""Many episodes in flight per process; each runs exactly once, also under xdist."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI, StepsPolicy, preimported  # noqa: F401 (fixture)
+
+from pytest_agentperturb.concurrency import Batcher
+
+pytestmark = pytest.mark.usefixtures("preimported")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def max_overlap(times: list[tuple[float, float]]) -> int:
+    """Most requests the server was handling at the same moment."""
+    events = sorted([(a, 1) for a, _ in times] + [(b, -1) for _, b in times])
+    cur = best = 0
+    for _, d in events:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def test_batcher_keeps_the_window_full_and_returns_each_result() -> None:
+    b = Batcher(concurrency=4, lookahead=2)
+    running: list[int] = []
+    peak = [0]
+
+    def factory(i: int):  # type: ignore[no-untyped-def]
+        async def ep() -> int:
+            running.append(i)
+            peak[0] = max(peak[0], len(running))
+            await asyncio.sleep(0.05)
+            running.remove(i)
+            return i * 10
+        return ep
+
+    queue = list(range(1, 20))
+
+    def top_up(n: int) -> None:
+        for i in [i for i in queue if not b.scheduled(str(i))][:n]:
+            b.submit(str(i), factory(i))
+
+    try:
+        t0 = time.perf_counter()
+        got = [b.run(str(i), factory(i), top_up) for i in [0, *queue]]
+        wall = time.perf_counter() - t0
+    finally:
+        b.close()
+    assert got == [i * 10 for i in range(20)]
+    assert peak[0] == 4  # never more than the concurrency
+    assert wall < 20 * 0.05 * 0.8  # faster than one at a time (ideal: a quarter)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "suites" / "workflows", tmp_path / "suites" / "workflows")
+    return tmp_path
+
+
+def test_episodes_overlap_up_to_the_concurrency_and_the_connection_limit(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake")
+    shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    common = ["--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-k", "forward-invoice",
+              "--agentperturb-model", "openai/fake", "--agentperturb-store", "s.sqlite"]
+    with FakeOpenAI(StepsPolicy(steps=2, latency=0.4)) as srv:
+        t0 = time.perf_counter()
+        result = pytester.runpytest(*common, "--agentperturb-api-base", srv.base, "--agentperturb-concurrency", "8")
+        wall = time.perf_counter() - t0
+        n = len(srv.requests)
+        overlap = max_overlap(srv.times)
+    with sqlite3.connect(pytester.path / "s.sqlite") as c:
+        episodes = c.execute("SELECT count(*) FROM episodes WHERE error = ''").fetchone()[0]
+    assert episodes >= 10 and result.ret == 0
+    assert n == 2 * episodes  # every episode ran exactly once, k=2 calls each
+    assert overlap == 8
+    assert wall < episodes * 2 * 0.4 / 2  # serial would take episodes x k x latency
+    with FakeOpenAI(StepsPolicy(steps=2, latency=0.1)) as srv:
+        result = pytester.runpytest(*common, "--agentperturb-api-base", srv.base, "--agentperturb-concurrency", "8",
+                                    "--agentperturb-connections", "3", "--agentperturb-run-id", "limited")
+        assert max_overlap(srv.times) == 3
+    assert result.ret == 0
+
+
+def test_xdist_workers_run_each_episode_once(project: Path) -> None:
+    """Prefetching reads each worker's own queue: no episode runs on two workers."""
+    with FakeOpenAI(StepsPolicy(steps=2, latency=0.05)) as srv:
+        env = dict(os.environ, OPENAI_API_KEY="sk-test-fake",
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-q",
+             "-n", "2", "-k", "forward-invoice or share-report", "--agentperturb-model", "openai/fake",
+             "--agentperturb-api-base", srv.base, "--agentperturb-concurrency", "6",
+             "--agentperturb-store", "s.sqlite"],
+            cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        n = len(srv.requests)
+    assert out.returncode in (0, 1), out.stdout[-3000:] + out.stderr[-3000:]
+    with sqlite3.connect(project / "s.sqlite") as c:
+        rows = c.execute("SELECT task, family, error FROM episodes").fetchall()
+    assert len(rows) >= 20 and all(e == "" for *_, e in rows)
+    assert n == 2 * len(rows), (n, len(rows))
+    assert f"episodes run: {len(rows)}, reused: 0, errors: 0" in out.stdout

@@ -1,0 +1,38 @@
+"""No API key ever reaches the store, the report, the JUnit XML, the logs or the terminal."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from fake_openai import GOLD_REPLIES, FakeOpenAI, Script, error, preimported  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("preimported")
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "sk-test-SECRET123abc"
+
+
+def test_a_planted_key_appears_in_no_output(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    # a provider that echoes the key in its error message, then a normal episode
+    script = [error(401, f"Incorrect API key provided: {SECRET}. You can find your API key at ..."),
+              *GOLD_REPLIES]
+    with FakeOpenAI(Script(script)) as srv:
+        result = pytester.runpytest(
+            "--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-k", "forward-invoice and clean",
+            "--agentperturb-model", "openai/fake", "--agentperturb-model", "openai/fake2",
+            "--agentperturb-api-base", srv.base, "--agentperturb-concurrency", "1",
+            "--agentperturb-store", "s.sqlite", "--agentperturb-report", "r.html", "--junitxml", "j.xml",
+            "--log-file", "log.txt", "--log-file-level", "DEBUG", "-rA", "-v")
+        sent = srv.requests
+    assert len(sent) == 5
+    text = "\n".join(result.outlines + result.errlines)
+    assert "AuthenticationError" in text and "<OPENAI_API_KEY>" in text  # the error is shown, redacted
+    outputs = {p.name: p.read_bytes() for p in pytester.path.iterdir() if p.is_file()}
+    assert {"s.sqlite", "r.html", "j.xml", "log.txt"} <= set(outputs)
+    for name, data in [*outputs.items(), ("terminal", text.encode())]:
+        assert b"SECRET123" not in data, f"the API key leaked into {name}"
+    # the key was really used: it travels in the request header, never in a body
+    assert srv.auth[0] == f"Bearer {SECRET}" and all("SECRET123" not in str(r) for r in sent)
