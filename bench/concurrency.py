@@ -13,7 +13,7 @@ subprocess, and prints:
 
 Usage::
 
-    python bench/concurrency.py [--concurrency 32] [--latency 0.5] [--steps 4] [--models 3] [-n 0]
+    python bench/concurrency.py [--concurrency 32] [--latency 2.0] [--steps 4] [--models 3] [-n 0]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--latency", type=float, default=0.5, help="seconds per model call")
+    ap.add_argument("--latency", type=float, default=2.0, help="seconds per model call (a typical tool-calling turn)")
     ap.add_argument("--steps", type=int, default=4, help="model calls per episode (k)")
     ap.add_argument("--models", type=int, default=3, help="fake models (each x 117 items)")
     ap.add_argument("-n", "--workers", type=int, default=0, help="xdist workers (0: no xdist)")

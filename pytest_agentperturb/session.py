@@ -81,6 +81,22 @@ class AgentPerturbSession:
                 "families": list(self.settings.families), "version": __version__,
             })
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """Send all items of a task to one worker (xdist's ``loadscope``) unless --dist was chosen.
+
+        A worker can only keep many episodes in flight if it already holds
+        the items that come next; with plain ``load`` scheduling it is sent
+        one or two at a time.  Scopes are ``suite::task``, so the node ids do
+        not change.
+        """
+        args = [*config.invocation_params.args, *config.getini("addopts")]
+        if config.getvalue("dist") != "load" or any(a in ("--dist", "-d") or a.startswith("--dist=") for a in args):
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        return LoadScopeScheduling(config, log)
+
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings
         return [
