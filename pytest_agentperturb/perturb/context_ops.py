@@ -13,7 +13,7 @@ from dataclasses import replace
 from ..records import Canary
 from ..task import Task, Turn
 from .base import Edit, register
-from .helpers import facts_on, omitted_after, pick_decoy
+from .helpers import facts_on, omission, pick_decoy
 from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue
 
 
@@ -46,11 +46,7 @@ class DropTurn:
         i, end = rng.choice(self._spans(task))
         turns = task.surfaces.context
         new = replace(task.surfaces, context=turns[:i] + turns[end:])
-        gone = omitted_after(task, new)
-        if not gone:
-            return None
-        return Edit(new, tuple(Canary("omitted", f.value, f.id) for f in gone),
-                    recovery=tuple(f.id for f in gone), note=f"dropped turns {i}..{end - 1}")
+        return omission(task, new, f"dropped turns {i}..{end - 1}")
 
 
 class PrependUnrelatedHistory:

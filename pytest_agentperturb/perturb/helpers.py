@@ -12,7 +12,9 @@ import random
 import re
 from dataclasses import replace
 
+from ..records import Canary
 from ..task import TARGETS, Fact, Surfaces, Task, Turn, fill
+from .base import Edit
 
 
 def surface_text(s: Surfaces, target: str) -> str:
@@ -141,3 +143,14 @@ def pick_decoy(task: Task, rng: random.Random) -> tuple[Fact, str] | None:
     fact = rng.choice(list(task.facts))
     d = fresh_decoy(task, fact, rng)
     return None if d is None else (fact, d)
+
+
+def omission(task: Task, new: Surfaces, note: str, needed: Fact | None = None) -> Edit | None:
+    """The edit of a missing-type operator: every fact ``new`` no longer states is
+    an ``omitted`` canary and part of the recovery annotation.  None when
+    nothing (or not ``needed``) went missing."""
+    gone = omitted_after(task, new)
+    if not gone or (needed is not None and needed not in gone):
+        return None
+    return Edit(new, tuple(Canary("omitted", f.value, f.id) for f in gone),
+                recovery=tuple(f.id for f in gone), note=note)

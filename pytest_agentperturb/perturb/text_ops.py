@@ -23,6 +23,7 @@ from .helpers import (
     decoy,
     facts_on,
     fresh_decoy,
+    omission,
     omitted_after,
     pick_decoy,
     replace_text,
@@ -72,11 +73,7 @@ class DropFactSentence(_OnTarget):
         holder = next(t for t in texts_of(task.surfaces, self.target) if sent in t)
         m = re.search(re.escape(sent) + r"[ \t]*\n?", holder)
         new = replace_text(task.surfaces, self.target, m.group(0) if m else sent, "")
-        gone = omitted_after(task, new)
-        if not gone:
-            return None
-        return Edit(new, tuple(Canary("omitted", f.value, f.id) for f in gone),
-                    recovery=tuple(f.id for f in gone), note=f"removed: {sent.strip()}")
+        return omission(task, new, f"removed: {sent.strip()}")
 
 
 _VAGUE = {
@@ -114,10 +111,9 @@ class VagueValue(_OnTarget):
             if list(fact.find([("x", new_sent)])):
                 continue  # the phrase itself would read as a (wrong) value
             new = replace_text(task.surfaces, self.target, sent, new_sent)
-            gone = omitted_after(task, new)
-            if fact in gone:
-                return Edit(new, tuple(Canary("omitted", f.value, f.id) for f in gone),
-                            recovery=tuple(f.id for f in gone), note=f"{fact.id}: {fact.value} -> {phrase}")
+            edit = omission(task, new, f"{fact.id}: {fact.value} -> {phrase}", needed=fact)
+            if edit is not None:
+                return edit
         return None
 
 
