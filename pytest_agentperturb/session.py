@@ -41,6 +41,8 @@ def variant_digest(task_digest: str, variant: Variant) -> str:
         h.update(part.encode() + b"\0")
     for t in TARGETS:
         h.update(variant.surfaces.render(t).encode())
+    for inj in variant.injections:  # an injection edits no surface but is part of the instance
+        h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode())
     return h.hexdigest()
 
 
@@ -276,8 +278,8 @@ class AgentPerturbSession:
             self._batcher.close()
         if self._store is not None:
             self._store.close()
-        if self.is_worker:
-            return
+        if self.is_worker or self.config.option.collectonly:
+            return  # nothing ran: keep the last report instead of writing an empty one
         from .report import write
 
         self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"]))

@@ -56,6 +56,7 @@ def test_collects_every_task_by_family_and_model(pytester: pytest.Pytester, suit
     assert "suites/workflows::reschedule-standup::tool-missing[reference/literal]" in ids
     assert "suites/workflows::reschedule-standup::clean[reference/careful]" in ids
     assert {i.split("::")[2].split("[")[0] for i in ids} == {"clean", *FAMILIES, *INSERTED}
+    assert not (pytester.path / "reports" / "agentperturb.html").exists()  # nothing ran, nothing written
 
 
 @pytest.mark.parametrize(
@@ -207,3 +208,20 @@ def test_register_operators_hook_adds_an_operator(pytester: pytest.Pytester, sui
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as db:
         ops = {r[0] for r in db.execute("SELECT operator FROM episodes")}
     assert "shout" in ops, ops
+
+
+def test_resume_key_covers_injections(suite_path: Path) -> None:
+    from dataclasses import replace
+
+    from pytest_agentperturb.perturb import make_variant
+    from pytest_agentperturb.records import Injection
+    from pytest_agentperturb.session import variant_digest
+    from pytest_agentperturb.task import load_task
+
+    task = load_task(suite_path / "reschedule-standup", "workflows")
+    v = make_variant(task, "inserted-injection", 0)
+    assert v.injections
+    other = replace(v, injections=(Injection(v.injections[0].tool, "something else", "x@y.test"),))
+    assert variant_digest(task.digest(), v) != variant_digest(task.digest(), other)
+    assert variant_digest(task.digest(), v) == variant_digest(task.digest(), make_variant(task, "inserted-injection", 0))
+
