@@ -20,11 +20,23 @@ from .errors import AgentPerturbError
 COMMAND_MODULES: tuple[str, ...] = ("pytest_agentperturb.variants_io", "pytest_agentperturb.analysis_cli")
 
 
+def _list_suites(args: argparse.Namespace) -> int:
+    """Print the folder of each built-in suite (for ``pytest --agentperturb <folder>``)."""
+    from .task import shipped
+
+    root = shipped("suites")
+    for d in sorted(p for p in root.iterdir() if (p / "suite.toml").is_file()):
+        sys.stdout.write(f"{d}\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentperturb", description="Robustness of LLM agents under perturbation.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sp = sub.add_parser("suites", help="print the folder of each built-in suite (also in an installed wheel).")
+    sp.set_defaults(func=_list_suites)
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
     return parser

@@ -43,11 +43,11 @@ from .concurrency import Batcher
 from .errors import VariantSkipped
 from .llm_options import LLMSettings
 from .records import Canary, Variant
-from .task import CLEAN, TARGETS, Surfaces, Task, Turn, family_parts
+from .task import CLEAN, TARGETS, Surfaces, Task, Turn, family_parts, shipped
 
 log = logging.getLogger("pytest_agentperturb.generator")
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
+PROMPTS = shipped("prompts")
 STAGES = ("select", "generate", "verify")
 CANARY_KINDS = ("value", "tool", "text", "omitted", "goal")
 OPS: dict[str, tuple[str, ...]] = {

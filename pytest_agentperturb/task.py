@@ -506,6 +506,24 @@ def load_tasks(suite_path: Path) -> Iterator[Task | TaskFormatError]:
             yield exc
 
 
+def shipped(name: str) -> Path:
+    """Folder of the built-in ``suites`` or ``prompts``.
+
+    In an installed wheel they live inside the package
+    (``pytest_agentperturb.suites`` / ``.prompts``); in a source checkout or
+    an editable install, at the top of the repository.
+    """
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(f"pytest_agentperturb.{name}")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parent.parent / name
+
+
 def family_parts(family: str) -> tuple[str, str]:
     """``tool-missing`` -> (``tool``, ``missing``); ``clean`` -> (``clean``, ``clean``).
 

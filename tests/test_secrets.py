@@ -27,9 +27,9 @@ def test_a_planted_key_appears_in_no_output(pytester: pytest.Pytester, monkeypat
             "--agentperturb-store", "s.sqlite", "--agentperturb-report", "r.html", "--junitxml", "j.xml",
             "--log-file", "log.txt", "--log-file-level", "DEBUG", "-rA", "-v")
         sent = srv.requests
-    assert len(sent) == 5
+    assert len(sent) == 5, f"{len(sent)} requests: {[r.get('model') for r in sent]}\n" + "\n".join(result.outlines[-40:])
     text = "\n".join(result.outlines + result.errlines)
-    assert "AuthenticationError" in text and "<OPENAI_API_KEY>" in text  # the error is shown, redacted
+    assert "AuthenticationError" in text and "<OPENAI_API_KEY>" in text, text[-3000:]  # shown, redacted
     outputs = {p.name: p.read_bytes() for p in pytester.path.iterdir() if p.is_file()}
     assert {"s.sqlite", "r.html", "j.xml", "log.txt"} <= set(outputs)
     for name, data in [*outputs.items(), ("terminal", text.encode())]:

@@ -1,0 +1,40 @@
+"""The wheel ships the built-in suites and the prompt templates inside the package."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_agentperturb.cli import main
+from pytest_agentperturb.task import load_suite, shipped
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_build_puts_suites_and_prompts_in_the_package(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("pytest_agentperturb", "suites", "prompts"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "build"
+    # build_py is what a wheel is made of; it needs no network and no wheel package
+    subprocess.run([sys.executable, "-c", "import sys, setuptools; sys.argv = ['setup.py', '-q', 'build_py', "
+                    f"'--build-lib', {str(out)!r}]; setuptools.setup()"], cwd=src, check=True,
+                   capture_output=True)
+    pkg = out / "pytest_agentperturb"
+    shipped_suite = load_suite(pkg / "suites" / "workflows")
+    assert len(shipped_suite.task_dirs) == len(load_suite(ROOT / "suites" / "workflows").task_dirs)
+    for d in shipped_suite.task_dirs:
+        assert sorted(p.name for p in d.iterdir()) == sorted(p.name for p in (ROOT / "suites" / "workflows" / d.name).iterdir())
+    assert sorted(p.relative_to(pkg / "prompts") for p in (pkg / "prompts").rglob("*.md")) == \
+        sorted(p.relative_to(ROOT / "prompts") for p in (ROOT / "prompts").rglob("*.md"))
+
+
+def test_source_checkout_finds_its_own_folders(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert shipped("suites") == ROOT / "suites" and shipped("prompts") == ROOT / "prompts"
+    assert main(["suites"]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(ROOT / "suites" / "workflows")]
