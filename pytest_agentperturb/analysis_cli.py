@@ -210,7 +210,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     rows = _store_rows(args.store, args.run_id)
     df = pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], columns=list(COLUMNS))
     for b in ("success", "compliance"):
-        df[b] = df[b].map(lambda v: None if v is None else bool(v)).astype(object)
+        df[b] = pd.Series([None if pd.isna(v) else bool(v) for v in df[b]], index=df.index, dtype=object)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.format == "csv":

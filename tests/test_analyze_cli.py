@@ -104,6 +104,9 @@ def test_export_csv_round_trips_into_analyze(tmp_path: Path) -> None:
     assert main(["export", "--store", str(store), "--format", "csv", "--out", str(csv)]) == 0
     df = pd.read_csv(csv)
     assert list(df.columns) == list(COLUMNS) and len(df) == 18
+    clean = df[df["family"] == "clean"]
+    assert clean["compliance"].isna().all()  # no verdict for clean episodes, not True
+    assert set(df[df["family"] != "clean"]["compliance"].dropna()) <= {True, False}
     out = tmp_path / "s.json"
     assert main(["analyze", "--results", str(csv), "--json", str(out), *FAST]) == 0
     deg = {d["model"]: d for d in json.loads(out.read_text())["degradation"]}
