@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas  # noqa: F401  numpy cannot be imported twice: in-process pytester runs must find it loaded
+# C extensions (numpy.fft, scipy's) cannot be loaded twice in one process, and in-process
+# pytester runs drop the modules they imported: load what the analysis uses up front.
+import numpy.fft  # noqa: F401
+import pandas  # noqa: F401
+import scipy.stats  # noqa: F401
 import pytest
 
 ROOT = Path(__file__).resolve().parent
