@@ -22,13 +22,12 @@ import asyncio
 import concurrent.futures as cf
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
 
 import pytest
 
 log = logging.getLogger("pytest_agentperturb.concurrency")
-R = TypeVar("R")
 Factory = Callable[[], Coroutine[Any, Any, Any]]
 
 
@@ -184,13 +183,3 @@ def _xdist_interactor(config: pytest.Config) -> Any:
         if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
             return plugin
     return None
-
-
-def take(it: Iterable[R], n: int) -> list[R]:
-    """The first ``n`` elements of ``it``."""
-    out: list[R] = []
-    for x in it:
-        if len(out) >= n:
-            break
-        out.append(x)
-    return out

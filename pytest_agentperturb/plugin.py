@@ -54,14 +54,11 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(trylast=True)
 def pytest_agentperturb_make_agent(model: str, config: pytest.Config) -> Any:
-    from .agents import REFERENCE_AGENTS
+    from .agents import make_agent
+    from .errors import OptionError
+    from .session import SESSION_KEY
 
-    if model in REFERENCE_AGENTS:
-        return REFERENCE_AGENTS[model]()
-    if model.startswith("reference/"):
-        raise pytest.UsageError(
-            f"--agentperturb-model {model!r}: unknown baseline. Built-in baselines: {', '.join(REFERENCE_AGENTS)}.")
-    from . import llm_options
-    from .agents.litellm_agent import LiteLLMAgent  # cheap: litellm itself is imported on first call
-
-    return LiteLLMAgent(model, llm_options.resolve(config))
+    try:
+        return make_agent(model, config.stash[SESSION_KEY].llm)
+    except OptionError as exc:
+        raise pytest.UsageError(f"--agentperturb-model {model!r}: {exc}") from None

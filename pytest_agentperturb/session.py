@@ -9,7 +9,6 @@ writes the HTML report once, at the end.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -321,9 +320,6 @@ class AgentPerturbSession:
         tr.write_line(f"report: {self.settings.report}")
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")
 
-    @staticmethod
-    def dumps(row: dict[str, Any]) -> str:
-        return json.dumps(row, sort_keys=True, ensure_ascii=False)
 
 
 __all__ = ["SESSION_KEY", "AgentPerturbSession", "EpisodeRecord", "CLEAN"]

@@ -1,8 +1,9 @@
-"""Agent runners: offline reference baselines and (later) model-backed agents.
+"""Agent runners: the offline reference baselines and the litellm function-calling agent.
 
 :func:`make_agent` turns a model spec from ``--agentperturb-model`` into an
-:class:`Agent`.  ``reference/*`` names the offline baselines; plugins add
-runners through the ``pytest_agentperturb_make_agent`` hook.
+:class:`Agent`: ``reference/*`` names the offline baselines, any other name
+the litellm agent; plugins add runners through the
+``pytest_agentperturb_make_agent`` hook.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import OptionError
+from ..llm_options import LLMSettings
 from .base import ASK_USER, Agent, EpisodeContext, UserSimulator
 from .reference import CarefulAgent, LiteralAgent, OracleAgent
 
@@ -20,14 +22,19 @@ REFERENCE_AGENTS: dict[str, Callable[[], Agent]] = {
 }
 
 
-def make_agent(spec: str) -> Agent:
-    """The built-in agent for ``spec``; raises :class:`OptionError` if unknown."""
+def make_agent(spec: str, settings: LLMSettings | None = None) -> Agent:
+    """The agent for ``spec``: a ``reference/*`` baseline, or the litellm agent for any other name.
+
+    Raises:
+        OptionError: for an unknown ``reference/*`` name.
+    """
     if spec in REFERENCE_AGENTS:
         return REFERENCE_AGENTS[spec]()
-    raise OptionError(
-        f"unknown model {spec!r}: built-in agents are {', '.join(REFERENCE_AGENTS)}; "
-        "model-backed agents need a litellm model name such as openai/gpt-4o-mini"
-    )
+    if spec.startswith("reference/"):
+        raise OptionError(f"unknown baseline {spec!r}; built-in baselines: {', '.join(REFERENCE_AGENTS)}")
+    from .litellm_agent import LiteLLMAgent  # cheap: litellm itself is imported on the first call
+
+    return LiteLLMAgent(spec, settings)
 
 
 __all__ = ["ASK_USER", "Agent", "EpisodeContext", "UserSimulator", "REFERENCE_AGENTS", "make_agent"]

@@ -172,7 +172,7 @@ def call_kwargs(model: str, settings: LLMSettings) -> dict[str, Any]:
     return kw
 
 
-def usage_of(litellm: Any, response: Any) -> dict[str, Any]:
+def usage_of(response: Any) -> dict[str, Any]:
     """Provider-reported usage of one call: input, output, reasoning tokens and cost (None if unpriced)."""
     u = getattr(response, "usage", None)
     details = getattr(u, "completion_tokens_details", None)
@@ -276,12 +276,11 @@ class LiteLLMAgent:
 
     async def run(self, ctx: EpisodeContext) -> None:
         """Play one episode: call the model, run its tool calls, stop at a reply without any."""
-        litellm = import_litellm()
         messages, tools = initial_messages(ctx), tool_list(ctx)
         for turn in range(self.settings.max_turns):
             response = await self.complete(messages, tools)
             ctx.turns += 1
-            usage = usage_of(litellm, response)
+            usage = usage_of(response)
             ctx.add_usage(**usage)
             msg = response.choices[0].message
             calls = list(getattr(msg, "tool_calls", None) or [])
@@ -305,10 +304,6 @@ class LiteLLMAgent:
                 messages += tool_result_messages(c.id or f"call_{turn}_{i}", name, obs)
         ctx.trajectory.append({"role": "harness", "content": f"turn limit {self.settings.max_turns} reached"})
 
-
-def make_llm_agent(model: str, settings: LLMSettings) -> LiteLLMAgent:
-    """Factory used by the plugin's default ``pytest_agentperturb_make_agent``."""
-    return LiteLLMAgent(model, settings)
 
 
 async def close_clients() -> None:

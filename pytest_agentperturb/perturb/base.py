@@ -24,7 +24,6 @@ from __future__ import annotations
 import difflib
 import json
 import random
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -132,6 +131,23 @@ def check_variant(task: Task, variant: Variant, oracle_check: bool = True) -> li
     return problems
 
 
+_CLEAN_GOLD: dict[str, list[dict[str, object]]] = {}
+
+
+def _clean_gold(task: Task) -> list[dict[str, object]]:
+    """The oracle's trajectory on the clean task, run once per task content (keyed by its digest)."""
+    from ..agents.reference import OracleAgent
+    from ..runner import run_episode_sync
+
+    key = task.digest()
+    if key not in _CLEAN_GOLD:
+        if len(_CLEAN_GOLD) > 512:
+            _CLEAN_GOLD.clear()
+        _CLEAN_GOLD[key] = run_episode_sync(task, clean_variant(task), OracleAgent(), run_id="validity",
+                                            seed=0).trajectory
+    return _CLEAN_GOLD[key]
+
+
 def _oracle_problems(task: Task, variant: Variant) -> list[str]:
     from ..agents.reference import OracleAgent
     from ..runner import run_episode_sync
@@ -142,10 +158,10 @@ def _oracle_problems(task: Task, variant: Variant) -> list[str]:
     if rec.reward != 1.0:
         failed = [c for c, ok in rec.trajectory[-1].get("checks", []) if not ok]
         return [f"rule 4: the oracle with recovery scored {rec.reward}: {'; '.join(failed)[:300]}"]
-    clean = run_episode_sync(task, clean_variant(task), OracleAgent(), run_id="validity", seed=0)
-    if _actions(rec.trajectory) != _actions(clean.trajectory):
+    clean = _clean_gold(task)
+    if _actions(rec.trajectory) != _actions(clean):
         return ["rule 3: the gold actions differ from the clean task's: the goal changed"]
-    gold = "\n".join(_action_texts(clean.trajectory))
+    gold = "\n".join(_action_texts(clean))
     stale = [c.text for c in variant.canaries if c.kind not in ("omitted", "inverted") and c.text in gold]
     if stale:
         return [f"canaries: {', '.join(map(repr, stale))} already appear in the clean gold actions"]
@@ -210,11 +226,3 @@ def _load_builtin() -> None:
         _LOADED.append(True)
         from . import context_ops, inserted_ops, procedure_ops, tool_ops, user_ops  # noqa: F401
 
-
-def register_all(ops: Iterable[Operator]) -> None:
-    """Register several operators (used by plugins via the hook)."""
-    for op in ops:
-        register(op)
-
-
-OperatorFactory = Callable[[], Operator]

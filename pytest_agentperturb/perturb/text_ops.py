@@ -48,6 +48,14 @@ class _OnTarget:
         self.target = target
         self.family = f"{target}-{self.type}"
 
+    def applicable(self, task: Task) -> bool:
+        return bool(facts_on(task, self.target))
+
+    def stated_fact(self, task: Task, rng: random.Random) -> tuple[Fact, str | None]:
+        """A random fact stated on this surface and the sentence stating it (None if none does)."""
+        fact = rng.choice(facts_on(task, self.target))
+        return fact, stating_sentence(task, fact, self.target)
+
 
 # -- missing --------------------------------------------------------------------
 
@@ -62,12 +70,8 @@ class DropFactSentence(_OnTarget):
     id = "drop_fact_sentence"
     type = "missing"
 
-    def applicable(self, task: Task) -> bool:
-        return bool(facts_on(task, self.target))
-
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        fact = rng.choice(facts_on(task, self.target))
-        sent = stating_sentence(task, fact, self.target)
+        fact, sent = self.stated_fact(task, rng)
         if not sent:
             return None
         holder = next(t for t in texts_of(task.surfaces, self.target) if sent in t)
@@ -98,12 +102,8 @@ class VagueValue(_OnTarget):
     id = "vague_reference"
     type = "missing"
 
-    def applicable(self, task: Task) -> bool:
-        return bool(facts_on(task, self.target))
-
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        fact = rng.choice(facts_on(task, self.target))
-        sent = stating_sentence(task, fact, self.target)
+        fact, sent = self.stated_fact(task, rng)
         if not sent:
             return None
         for phrase in _VAGUE[fact.kind]:
@@ -186,12 +186,8 @@ class KeepObsolete(_OnTarget):
     id = "keep_obsolete_rule"
     type = "redundant"
 
-    def applicable(self, task: Task) -> bool:
-        return bool(facts_on(task, self.target))
-
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        fact = rng.choice(facts_on(task, self.target))
-        sent = stating_sentence(task, fact, self.target)
+        fact, sent = self.stated_fact(task, rng)
         d = fresh_decoy(task, fact, rng)
         if not sent or d is None:
             return None
@@ -217,9 +213,6 @@ class SwapValue(_OnTarget):
 
     id = "swap_value"
     type = "incorrect"
-
-    def applicable(self, task: Task) -> bool:
-        return bool(facts_on(task, self.target))
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
         fact = rng.choice(facts_on(task, self.target))
