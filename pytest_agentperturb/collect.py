@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .errors import InfrastructureError, TaskFormatError
+from .errors import TaskFormatError
 from .records import EpisodeRecord, Variant
 from .task import CLEAN, Task, family_parts, load_suite, load_task
 
@@ -93,11 +93,17 @@ class PerturbItem(pytest.Item):
         return self.path, 0, f"{self.task.key}[{self.family}-{self.model}]"
 
     def setup(self) -> None:
-        """Run (or reuse) the episode; an infrastructure error is a pytest ERROR."""
+        """Run (or reuse) the episode; an infrastructure error is a pytest ERROR.
+
+        It is reported by message only (``pytrace=False``): the harness's own
+        traceback says nothing about a provider failure, and pytest need not
+        parse source to format one.
+        """
         session: AgentPerturbSession = self.config.stash[SESSION_KEY]
         session.run_item(self)
         if self.record is not None and self.record.error:
-            raise InfrastructureError(self.record.error)
+            pytest.fail(f"infrastructure error (not an agent failure): {self.record.error}\n"
+                        f"{self.reproduce_line()}", pytrace=False)
 
     def runtest(self) -> None:
         """The verdict is reported, not raised, unless strict mode asks for it."""
@@ -105,10 +111,8 @@ class PerturbItem(pytest.Item):
         session.check_item(self)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        if isinstance(excinfo.value, (InfrastructureError, EpisodeFailed)):
-            kind = "infrastructure error (not an agent failure)" if isinstance(
-                excinfo.value, InfrastructureError) else "episode failed"
-            return f"{kind}: {excinfo.value}\n{self.reproduce_line()}"
+        if isinstance(excinfo.value, EpisodeFailed):
+            return f"episode failed: {excinfo.value}\n{self.reproduce_line()}"
         return super().repr_failure(excinfo)
 
     def reproduce_line(self) -> str:

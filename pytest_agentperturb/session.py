@@ -16,7 +16,7 @@ import pytest
 
 from . import __version__, llm_options
 from . import gate as _gate
-from .errors import InfrastructureError, VariantSkipped
+from .errors import VariantSkipped
 from .options import Settings
 from .records import EpisodeRecord, Variant
 from .task import CLEAN, TARGETS
@@ -224,9 +224,6 @@ class AgentPerturbSession:
         report = yield
         from .collect import PerturbItem
 
-        if isinstance(item, PerturbItem) and call.excinfo is not None and report.when == "setup" \
-                and isinstance(call.excinfo.value, InfrastructureError):
-            report.longrepr = item.repr_failure(call.excinfo)  # no harness traceback for a provider error
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
