@@ -1,31 +1,6 @@
-"""Root conftest for the project's own tests: shared paths and fixtures."""
+"""Root conftest: deliberately empty.
 
-from __future__ import annotations
-
-from pathlib import Path
-
-# C extensions (numpy.fft, scipy's) cannot be loaded twice in one process, and in-process
-# pytester runs drop the modules they imported: load what the analysis uses up front.
-import numpy.fft  # noqa: F401
-import pandas  # noqa: F401
-import scipy.stats  # noqa: F401
-import pytest
-
-ROOT = Path(__file__).resolve().parent
-SUITE = ROOT / "suites" / "workflows"
-
-
-@pytest.fixture
-def suite_path() -> Path:
-    """The built-in workflows suite."""
-    return SUITE
-
-
-@pytest.fixture
-def suite_copy(tmp_path: Path) -> Path:
-    """A private copy of the built-in suite that a test may edit."""
-    import shutil
-
-    dst = tmp_path / "suites" / "workflows"
-    shutil.copytree(SUITE, dst)
-    return dst
+pytest loads this file for every run in the repository, the README's main
+job included, so it imports nothing: the project's own test fixtures live in
+``tests/conftest.py``.
+"""

@@ -1,12 +1,78 @@
 """pytest-agentperturb: robustness of LLM agents to incomplete, cluttered or wrong inputs.
 
-The public API is re-exported here; the pytest plugin itself lives in
-:mod:`pytest_agentperturb.plugin` and imports nothing heavy until
-``--agentperturb`` is given.
+The public API is re-exported here (see ``__all__``): the task model, the
+interfaces a benchmark or an agent implements, the building blocks for
+Python-written tasks, and the entry points to run episodes outside pytest.
+Names are imported on first use, so loading the pytest plugin (which
+imports this package) stays cheap.  The plugin itself lives in
+:mod:`pytest_agentperturb.plugin`.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["__version__"]
+from .model import __version__
+
+if TYPE_CHECKING:
+    from .agents import as_agent, load_agent
+    from .formats.python import FunctionGrader, Param, StateEnvironment, Toolkit, ToolDef, environment_factory
+    from .model.context import ASK_USER, NEUTRAL_REPLY, Agent, EpisodeContext
+    from .model.errors import (
+        AgentPerturbError,
+        InfrastructureError,
+        OptionError,
+        TaskFormatError,
+        ToolError,
+        VariantSkipped,
+    )
+    from .model.protocols import Environment, GradeResult, Grader, ImagePart, Observation, Simulator, TextPart
+    from .model.records import Canary, EpisodeRecord, Injection, Outcome, Variant
+    from .model.task import (
+        CLEAN,
+        FAMILIES,
+        INSERTED,
+        TARGETS,
+        TYPES,
+        Fact,
+        Step,
+        SuiteAdapter,
+        Surfaces,
+        Task,
+        TaskSlot,
+        Turn,
+    )
+    from .perturb import Edit, Engine, Operator, Registry, builtin_registry
+    from .run import UserSimulator, make_engine, run_episode, run_episode_sync
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("as_agent", "load_agent"), "agents"),
+    **dict.fromkeys(("FunctionGrader", "Param", "StateEnvironment", "Toolkit", "ToolDef", "environment_factory"),
+                    "formats.python"),
+    **dict.fromkeys(("ASK_USER", "NEUTRAL_REPLY", "Agent", "EpisodeContext"), "model.context"),
+    **dict.fromkeys(("AgentPerturbError", "InfrastructureError", "OptionError", "TaskFormatError", "ToolError",
+                     "VariantSkipped"), "model.errors"),
+    **dict.fromkeys(("Environment", "GradeResult", "Grader", "ImagePart", "Observation", "Simulator", "TextPart"),
+                    "model.protocols"),
+    **dict.fromkeys(("Canary", "EpisodeRecord", "Injection", "Outcome", "Variant"), "model.records"),
+    **dict.fromkeys(("CLEAN", "FAMILIES", "INSERTED", "TARGETS", "TYPES", "Fact", "Step", "SuiteAdapter", "Surfaces",
+                     "Task", "TaskSlot", "Turn"), "model.task"),
+    **dict.fromkeys(("Edit", "Engine", "Operator", "Registry", "builtin_registry"), "perturb"),
+    **dict.fromkeys(("UserSimulator", "make_engine", "run_episode", "run_episode_sync"), "run"),
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,15 +1,16 @@
-"""The CI gate (DESIGN.md section 5): thresholds, their validation, and the verdict.
+"""The CI gate (docs/design.md section 5): thresholds in, verdict out.
 
-Thresholds are declared once in :data:`SPECS` and serve both the pytest
-options (``--agentperturb-max-drop`` ... with ini keys) and the
-``agentperturb report`` command.  They are validated at start-up; a bad
-value is a usage error naming the flag (or ini key) and the value.  After
-the session, :func:`evaluate` measures every configured threshold per model
-and suite; each breach is one line with the measured value and the limit,
-and the session's exit status becomes non-zero.
+Thresholds are options of :data:`~.model.options.OPTIONS` (group ``gate``);
+:func:`parse` validates their raw values (a bad value is an
+:class:`~.model.errors.OptionError` naming the flag or ini key and the
+value).  :func:`evaluate` measures every configured threshold per model and
+suite on an :class:`~.analysis.Analysis`; each breach is one line with the
+measured value and the limit.  Nothing here knows about pytest: the plugin
+and the ``agentperturb`` command turn a failed verdict into an exit status.
 
-Reference agents are baselines: when at least one non-baseline model was
-run, the gate judges only the non-baseline models.
+Baselines (agents flagged ``baseline``, such as the reference agents): when
+at least one non-baseline model ran, the gate judges only the non-baseline
+models.
 """
 
 from __future__ import annotations
@@ -19,56 +20,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-from .errors import OptionError
-from .task import CLEAN, FAMILIES, TARGETS
+from .model.errors import OptionError
+from .model.options import OPTIONS, Option
+from .model.task import CLEAN, FAMILIES, TARGETS
 
 if TYPE_CHECKING:
     import argparse
 
     import pandas as pd
 
-    from .collect import PerturbItem
+    from .analysis import Analysis
 
+#: The threshold options, in declaration order.
+SPECS: tuple[Option, ...] = tuple(o for o in OPTIONS if o.group == "gate")
 BASELINE_PREFIX = "reference/"
-STRICT = "--agentperturb-strict"
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One threshold option: flag, ini key, kind of value, help text."""
-
-    name: str          # field of :class:`Thresholds`
-    flag: str
-    kind: str          # pct | pct_map_target | pct_map_family | rate
-    metavar: str
-    help: str
-
-    @property
-    def ini(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
-
-    @property
-    def cli_flag(self) -> str:
-        """Flag of the stand-alone command (same name without the ``agentperturb-`` prefix)."""
-        return "--" + self.flag[len("--agentperturb-"):]
-
-
-SPECS: tuple[Spec, ...] = (
-    Spec("max_drop", "--agentperturb-max-drop", "pct", "PCT",
-         "fail the session when a model's overall relative drop D exceeds PCT percent."),
-    Spec("max_target_drop", "--agentperturb-max-target-drop", "pct_map_target", "[TARGET=]PCT",
-         "maximum relative drop per target (user, procedure, context, tool); a bare PCT applies to every "
-         "target; repeatable."),
-    Spec("max_family_drop", "--agentperturb-max-family-drop", "pct_map_family", "[FAMILY=]PCT",
-         "maximum relative drop per family (e.g. tool-incorrect=40); a bare PCT applies to every family; "
-         "repeatable."),
-    Spec("min_bypass", "--agentperturb-min-bypass", "rate", "RATE",
-         "minimum bypass rate (share of perturbed episodes without compliance), 0..1."),
-    Spec("min_clean", "--agentperturb-min-clean", "rate", "SCORE",
-         "minimum clean score (mean clean reward), 0..1."),
-)
 ALL = "*"
 
 
@@ -83,7 +48,7 @@ class Thresholds:
     min_clean: float | None = None
     strict: bool = False
     #: how breach lines name each threshold (the pytest flag, or the command's flag)
-    names: Mapping[str, str] = field(default_factory=lambda: {s.name: s.flag for s in SPECS})
+    names: Mapping[str, str] = field(default_factory=lambda: {s.dest: s.flag for s in SPECS})
 
     @property
     def configured(self) -> bool:
@@ -176,111 +141,79 @@ def _pct_map(raws: Sequence[str], where: str, keys: Sequence[str], what: str) ->
 
 def parse(values: Mapping[str, Any], sources: Mapping[str, str] | None = None, strict: bool = False,
           names: Mapping[str, str] | None = None) -> Thresholds:
-    """Validate raw threshold values (strings or lists of strings) keyed by :class:`Spec` name.
+    """Validate raw threshold values (strings or lists of strings) keyed by option ``dest``.
 
     Raises:
         OptionError: naming the flag (or ``sources[name]``), the bad value and what was expected.
     """
     kw: dict[str, Any] = {}
     for spec in SPECS:
-        raw = values.get(spec.name)
+        raw = values.get(spec.dest)
         if raw in (None, "", [], ()):
             continue
-        where = (sources or {}).get(spec.name, spec.flag)
+        where = (sources or {}).get(spec.dest, spec.flag)
         if spec.kind == "pct":
-            kw[spec.name] = _pct(str(raw), where)
+            kw[spec.dest] = _pct(str(raw), where)
         elif spec.kind == "rate":
-            kw[spec.name] = _rate(str(raw), where)
+            kw[spec.dest] = _rate(str(raw), where)
         else:
             keys = TARGETS if spec.kind == "pct_map_target" else FAMILIES
             raws = [raw] if isinstance(raw, str) else list(raw)
-            kw[spec.name] = _pct_map(raws, where, keys, "target" if keys is TARGETS else "family")
+            kw[spec.dest] = _pct_map(raws, where, keys, "target" if keys is TARGETS else "family")
     if names is not None:
         kw["names"] = dict(names)
     return Thresholds(strict=strict, **kw)
-
-
-# -- pytest side -------------------------------------------------------------
-def addoption(parser: pytest.Parser) -> None:
-    """Gate flags and ini keys, in the plugin's option group."""
-    g = parser.getgroup("agentperturb")
-    for spec in SPECS:
-        multi = spec.kind.startswith("pct_map")
-        g.addoption(spec.flag, action="append" if multi else "store", default=None, metavar=spec.metavar,
-                    help=spec.help)
-        if multi:
-            parser.addini(spec.ini, spec.help, type="linelist", default=[])
-        else:
-            parser.addini(spec.ini, spec.help, type="string", default="")
-    g.addoption(STRICT, action="store_true", default=None,
-                help="strict mode: every compliance (the agent took the perturbation up) fails its test.")
-    parser.addini(STRICT.lstrip("-").replace("-", "_"), "strict mode (see --agentperturb-strict).", type="bool",
-                  default=False)
-
-
-def resolve(config: pytest.Config) -> Thresholds:
-    """Thresholds from flags (over ini keys); ``pytest.UsageError`` naming the bad flag and value."""
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for spec in SPECS:
-        v = config.getoption(spec.flag)
-        if v in (None, [], ""):
-            v = config.getini(spec.ini)
-            if v not in (None, [], ""):
-                sources[spec.name] = f"ini option '{spec.ini}' in {config.inipath or 'the ini file'}:"
-        values[spec.name] = v
-    strict = bool(config.getoption(STRICT) or config.getini(STRICT.lstrip("-").replace("-", "_")))
-    try:
-        return parse(values, sources, strict=strict)
-    except OptionError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
-def check_item(thresholds: Thresholds, item: PerturbItem) -> None:
-    """Strict mode: a compliance fails the item (raises ``EpisodeFailed``)."""
-    from .collect import EpisodeFailed
-
-    rec = item.record
-    if thresholds.strict and rec is not None and rec.compliance:
-        raise EpisodeFailed(f"strict mode: the agent complied with the {item.family} perturbation "
-                            f"(operator {rec.operator}); reward {rec.reward}")
 
 
 # -- argparse side -----------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The same thresholds for a stand-alone command (``--max-drop`` ...; the plugin's names work too)."""
     for spec in SPECS:
-        multi = spec.kind.startswith("pct_map")
-        parser.add_argument(spec.cli_flag, spec.flag, dest=spec.name, action="append" if multi else "store",
+        parser.add_argument(spec.cli_flag, spec.flag, dest=spec.dest, action="append" if spec.repeatable else "store",
                             default=None, metavar=spec.metavar, help=spec.help)
 
 
 def from_args(args: argparse.Namespace) -> Thresholds:
     """Thresholds from a parsed namespace (raises ``OptionError``)."""
-    cli = {s.name: s.cli_flag for s in SPECS}
-    return parse({s.name: getattr(args, s.name, None) for s in SPECS}, cli, names=cli)
+    cli = {s.dest: s.cli_flag for s in SPECS}
+    return parse({s.dest: getattr(args, s.dest, None) for s in SPECS}, cli, names=cli)
 
 
 # -- evaluation --------------------------------------------------------------
-def judged_models(models: Sequence[str]) -> list[str]:
+def baseline_models(episodes: pd.DataFrame) -> set[str]:
+    """Models flagged as baselines in the episode table.
+
+    The ``baseline`` column carries each agent's flag; a table without it
+    (an older CSV) falls back to the built-in baselines' ``reference/`` names.
+    """
+    if "baseline" in episodes.columns:
+        flags = episodes.groupby("model")["baseline"].agg(lambda s: any(bool(x) for x in s if x == x))
+        return {str(m) for m, b in flags.items() if b}
+    return {str(m) for m in set(episodes["model"]) if str(m).startswith(BASELINE_PREFIX)}
+
+
+def judged_models(models: Sequence[str], baselines: set[str]) -> list[str]:
     """Models the gate judges: non-baselines when any were run, else everything (baselines only)."""
-    real = [m for m in models if not m.startswith(BASELINE_PREFIX)]
+    real = [m for m in models if m not in baselines]
     return real or list(models)
 
 
-def evaluate(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.DataFrame) -> Verdict:
-    """Measure every configured threshold on the drop table and the episodes.
+def evaluate(thresholds: Thresholds, analysis: Analysis | None) -> Verdict:
+    """Measure every configured threshold on an analysis (None: nothing was scored)."""
+    if analysis is None:
+        return Verdict(thresholds)
+    return evaluate_tables(thresholds, analysis.drops, analysis.episodes)
 
-    ``drops`` is :func:`~pytest_agentperturb.analysis.drops`' table;
-    ``episodes`` the normalised episode table (for bypass rates).
-    """
+
+def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.DataFrame) -> Verdict:
+    """Measure every configured threshold on the drop table and the normalised episode table."""
     from .analysis.degradation import ALL_MODELS
 
     v = Verdict(thresholds)
     if not thresholds.configured:
         return v
     d = drops[drops["model"] != ALL_MODELS]
-    models = judged_models(sorted(set(d["model"])))
+    models = judged_models(sorted(set(d["model"])), baseline_models(episodes))
     if len(models) < len(set(d["model"])):
         v.notes.append("agentperturb gate: reference agents (baselines) are reported but not gated")
     d = d[d["model"].isin(models)]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pytest_agentperturb import analysis_cli
+from pytest_agentperturb.cli import analysis as analysis_cli
 from pytest_agentperturb.cli import main
-from pytest_agentperturb.records import COLUMNS, EpisodeRecord
-from pytest_agentperturb.store import put_all
+from pytest_agentperturb.model.records import STORE_COLUMNS, EpisodeRecord
+from pytest_agentperturb.run.store import put_all
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE1 = ROOT / "fixtures" / "paper_table1"
@@ -103,7 +103,7 @@ def test_export_csv_round_trips_into_analyze(tmp_path: Path) -> None:
     csv = tmp_path / "out" / "episodes.csv"
     assert main(["export", "--store", str(store), "--format", "csv", "--out", str(csv)]) == 0
     df = pd.read_csv(csv)
-    assert list(df.columns) == list(COLUMNS) and len(df) == 18
+    assert list(df.columns) == list(STORE_COLUMNS) and len(df) == 18
     clean = df[df["family"] == "clean"]
     assert clean["compliance"].isna().all()  # no verdict for clean episodes, not True
     assert set(df[df["family"] != "clean"]["compliance"].dropna()) <= {True, False}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI, StepsPolicy, preimported  # noqa: F401 (fixture)
 
-from pytest_agentperturb.concurrency import Batcher
+from pytest_agentperturb.run.batcher import Batcher
 
 pytestmark = pytest.mark.usefixtures("preimported")
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,14 +8,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_agentperturb.agents.reference import OracleAgent
-from pytest_agentperturb.errors import VariantSkipped
-from pytest_agentperturb.perturb import check_variant, make_variant
-from pytest_agentperturb.runner import run_episode_sync
-from pytest_agentperturb.task import FAMILIES, INSERTED, TARGETS, Task, load_tasks
+from pytest_agentperturb.model.errors import VariantSkipped
+from pytest_agentperturb.run import make_engine
+from pytest_agentperturb.run.episode import run_episode_sync
+from pytest_agentperturb.formats.native import load_tasks
+from pytest_agentperturb.model.task import FAMILIES, INSERTED, TARGETS, Task
 
 SUITE = Path(__file__).resolve().parent.parent / "suites" / "workflows"
 TASKS: list[Task] = [t for t in load_tasks(SUITE) if isinstance(t, Task)]
 ALL = (*FAMILIES, *INSERTED)
+ENGINE = make_engine()
+make_variant, check_variant = ENGINE.make_variant, ENGINE.check_variant
 
 tasks = st.sampled_from(TASKS)
 families = st.sampled_from(ALL)

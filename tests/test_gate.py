@@ -13,7 +13,7 @@ import scipy.stats  # noqa: F401               restore sys.modules and cannot re
 
 from pytest_agentperturb import gate
 from pytest_agentperturb.analysis import drops, normalise
-from pytest_agentperturb.errors import OptionError
+from pytest_agentperturb.model.errors import OptionError
 
 FAST = ["-p", "no:cacheprovider", "-k", "share-report", "--agentperturb-model", "reference/literal"]
 
@@ -65,7 +65,7 @@ def _table() -> pd.DataFrame:
 
 def test_evaluate_lines_measured_value_and_limit() -> None:
     df = _table()
-    v = gate.evaluate(gate.parse({"max_drop": "20", "max_family_drop": ["tool-incorrect=60"], "min_bypass": "0.1"}),
+    v = gate.evaluate_tables(gate.parse({"max_drop": "20", "max_family_drop": ["tool-incorrect=60"], "min_bypass": "0.1"}),
                       drops(df, replicates=20), df)
     lines = v.lines()
     assert v.failed
@@ -80,10 +80,10 @@ def test_evaluate_lines_measured_value_and_limit() -> None:
 def test_evaluate_gates_baselines_when_alone_and_undefined_is_a_breach() -> None:
     df = _table()
     df = df[df["model"] == "reference/literal"]
-    v = gate.evaluate(gate.parse({"max_target_drop": ["50"]}), drops(df, replicates=10), df)
+    v = gate.evaluate_tables(gate.parse({"max_target_drop": ["50"]}), drops(df, replicates=10), df)
     assert [b.subject for b in v.breaches] == ["reference/literal on s [tool]"]
     zero = df.assign(reward=0.0)
-    v = gate.evaluate(gate.parse({"max_drop": "10"}), drops(zero, replicates=10), zero)
+    v = gate.evaluate_tables(gate.parse({"max_drop": "10"}), drops(zero, replicates=10), zero)
     assert v.failed and math.isnan(v.breaches[0].measured) and "undefined" in v.lines()[0]
 
 

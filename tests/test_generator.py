@@ -11,13 +11,16 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAI, Reply, Script, answer, error, preimported  # noqa: F401 (fixture)
 
-from pytest_agentperturb.generator import PROMPTS, Generator, Rejected, apply_edits, render
-from pytest_agentperturb.llm_options import LLMSettings
-from pytest_agentperturb.task import FAMILIES, family_parts, load_task
+from pytest_agentperturb.run.generator import PROMPTS, Generator, Rejected, apply_edits, render
+from pytest_agentperturb.model.options import LLMSettings
+from pytest_agentperturb.formats.native import load_task
+from pytest_agentperturb.model.task import FAMILIES, family_parts
+from pytest_agentperturb.run import make_engine
 
 pytestmark = pytest.mark.usefixtures("preimported")
 ROOT = Path(__file__).resolve().parents[1]
 TASK = load_task(ROOT / "suites" / "workflows" / "forward-invoice", "workflows")
+ENGINE = make_engine()
 
 
 def reply(obj: Any) -> Reply:
@@ -56,7 +59,7 @@ def test_invalid_json_is_regenerated_then_the_variant_is_validated_and_cached(
     script = [SELECT, reply("Sure! Here is the edit: {operator: swap}"),   # not JSON -> rejected
               SELECT, SWAP_PO, VALID]
     with FakeOpenAI(Script(script)) as srv:
-        gen = Generator(settings(srv, tmp_path))
+        gen = Generator(settings(srv, tmp_path), ENGINE)
         v = gen.make_variant(TASK, "context-incorrect", 7)
         gen.close()
         assert len(srv.requests) == 5
@@ -69,7 +72,7 @@ def test_invalid_json_is_regenerated_then_the_variant_is_validated_and_cached(
     assert len(cached) == 1
     # a rerun makes no model call and gives the same bytes
     with FakeOpenAI(Script([error(500, "no calls expected", "server_error")])) as srv2:
-        gen2 = Generator(settings(srv2, tmp_path))
+        gen2 = Generator(settings(srv2, tmp_path), ENGINE)
         again = gen2.make_variant(TASK, "context-incorrect", 7)
         gen2.close()
         assert srv2.requests == []
@@ -87,7 +90,7 @@ def test_a_candidate_that_breaks_validity_is_rejected_and_rules_take_over(
     with FakeOpenAI(Script([SELECT, breaks_goal, SELECT, SWAP_PO, reply({"valid": False, "reason": "meh"})])) as srv:
         s = LLMSettings(generator="openai/fake-generator", api_base=srv.base, cache=tmp_path, backoff=0.01,
                         generator_attempts=2)
-        gen = Generator(s)
+        gen = Generator(s, ENGINE)
         v = gen.make_variant(TASK, "context-incorrect", 3)
         gen.close()
         assert len(srv.requests) == 5
@@ -123,7 +126,7 @@ def test_generator_option_drives_the_session_from_the_cache(pytester: pytest.Pyt
     task = load_task(suite / "forward-invoice", "workflows")
     with FakeOpenAI(Script([SELECT, SWAP_PO, VALID])) as srv:
         seed = _item_seed(task.key, "context-incorrect")
-        gen = Generator(settings(srv, pytester.path / "cache"))
+        gen = Generator(settings(srv, pytester.path / "cache"), ENGINE)
         gen.make_variant(task, "context-incorrect", seed)
         gen.close()
     with FakeOpenAI(Script([])) as srv:
@@ -134,7 +137,7 @@ def test_generator_option_drives_the_session_from_the_cache(pytester: pytest.Pyt
             "--agentperturb-cache", "cache", "--agentperturb-store", "s.sqlite")
         assert srv.requests == []
     assert result.ret == 0
-    from pytest_agentperturb.store import read_episodes
+    from pytest_agentperturb.run.store import read_episodes
 
     (rec,) = read_episodes(pytester.path / "s.sqlite")
     assert rec.operator == "llm:swap_purchase_order"
@@ -142,6 +145,6 @@ def test_generator_option_drives_the_session_from_the_cache(pytester: pytest.Pyt
 
 
 def _item_seed(task_key: str, family: str) -> int:
-    from pytest_agentperturb.collect import item_seed
+    from pytest_agentperturb.plugin.collect import item_seed
 
     return item_seed(0, task_key, family)

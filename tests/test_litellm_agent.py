@@ -19,7 +19,7 @@ import pytest
 from fake_openai import GOLD_REPLIES, FakeOpenAI, Reply, Script, StepsPolicy, answer, error, tool_call, preimported  # noqa: F401 (fixture)
 
 from pytest_agentperturb.agents.litellm_agent import tool_result_messages
-from pytest_agentperturb.store import read_episodes
+from pytest_agentperturb.run.store import read_episodes
 
 pytestmark = pytest.mark.usefixtures("preimported")
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def test_protocol_options_from_the_ini_file_and_bad_values(pytester: pytest.Pyte
     assert len(srv.requests) == 1 and srv.requests[0]["max_tokens"] == 512
     bad = pytester.runpytest("--agentperturb", str(suite_copy), "--agentperturb-concurrency", "zero")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
-    bad.stderr.fnmatch_lines(["*--agentperturb-concurrency: expected an integer, got 'zero'*"])
+    bad.stderr.fnmatch_lines(["*--agentperturb-concurrency: concurrency must be an integer, got 'zero'*"])
 
 
 def test_importing_litellm_does_not_reach_the_network(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pytest_agentperturb.analysis.labels import awareness, behaviour, label, rea
 from pytest_agentperturb.analysis.predictors import model_predictors, per_task_degradation, task_predictors
 from pytest_agentperturb.analysis.sensitivity import cross_family, relation
 from pytest_agentperturb.analysis.stats import mcnemar, paired_test, ranks, signed_rank, spearman_permutation
-from pytest_agentperturb.errors import AgentPerturbError
+from pytest_agentperturb.model.errors import AgentPerturbError
 
 
 def ep(model: str, task: str, family: str, reward: float, **kw: object) -> dict[str, object]:

@@ -8,25 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentperturb.agents.base import NEUTRAL_REPLY, UserSimulator, apply_injections, injected_call
+from pytest_agentperturb.model.context import NEUTRAL_REPLY
+from pytest_agentperturb.run.simulator import UserSimulator
+from pytest_agentperturb.formats.python import apply_injections
+from pytest_agentperturb.agents.reference import injected_call
 from pytest_agentperturb.agents.reference import CarefulAgent, LiteralAgent, OracleAgent
-from pytest_agentperturb.errors import VariantSkipped
-from pytest_agentperturb.perturb import REGISTRY, Edit, check_variant, make_variant, operators
-from pytest_agentperturb.perturb.base import known_families
+from pytest_agentperturb.model.errors import VariantSkipped
+from pytest_agentperturb.perturb import Edit, Engine, Registry
 from pytest_agentperturb.perturb.procedure_ops import inverted
-from pytest_agentperturb.records import Canary
-from pytest_agentperturb.runner import recovery_turns, run_episode_sync
-from pytest_agentperturb.task import (
-    FAMILIES,
-    INSERTED,
-    TARGETS,
-    Task,
-    family_parts,
-    load_task,
-    parse_families,
-)
+from pytest_agentperturb.model.records import Canary
+from pytest_agentperturb.run.episode import recovery_turns, run_episode_sync
+from pytest_agentperturb.formats.native import load_task
+from pytest_agentperturb.model.task import FAMILIES, INSERTED, TARGETS, Task, family_parts, parse_families
+from pytest_agentperturb.run import make_engine, oracle_runner
 
 ROOT = Path(__file__).resolve().parent.parent / "suites" / "workflows"
+ENGINE = make_engine()
+make_variant, check_variant, operators = ENGINE.make_variant, ENGINE.check_variant, ENGINE.registry.operators
 
 
 def task(name: str) -> Task:
@@ -113,7 +111,7 @@ def test_misattribute_value_uses_another_real_entry_of_the_domain() -> None:
     t = task("triage-ticket")
     _, v = first_variant(t, "context-incorrect", "misattribute_value")
     (c,) = v.canaries
-    emails = [x["email"] for x in t.environment["contacts"]]
+    emails = [x["email"] for x in t.initial_state["contacts"]]
     assert c.text in emails and c.text != "ravi.menon@acme.test"
 
 
@@ -213,22 +211,19 @@ class _NoCanary:
 
 
 @pytest.mark.parametrize("op,rule", [(_TwoSurfaces(), "rule 1"), (_NoCanary(), "canaries")])
-def test_invalid_candidates_are_regenerated_then_skipped_with_reasons(
-        monkeypatch: pytest.MonkeyPatch, op: object, rule: str) -> None:
-    operators("user-redundant")
-    monkeypatch.setitem(REGISTRY, "user-redundant", [op])
+def test_invalid_candidates_are_regenerated_then_skipped_with_reasons(op: object, rule: str) -> None:
+    engine = Engine(Registry([op]), oracle_runner())  # type: ignore[list-item]
     with pytest.raises(VariantSkipped) as exc:
-        make_variant(task("book-offsite"), "user-redundant", 3)
+        engine.make_variant(task("book-offsite"), "user-redundant", 3)
     msg = str(exc.value)
     assert "workflows/book-offsite" in msg and rule in msg and "after 5 attempts" in msg
     assert "seed 3" in msg and "seed 7" in msg  # every regeneration is listed
 
 
-def test_the_solvability_check_runs_the_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
-    operators("user-incorrect")
-    monkeypatch.setitem(REGISTRY, "user-incorrect", [_ChangesGoal()])
+def test_the_solvability_check_runs_the_oracle() -> None:
+    engine = Engine(Registry([_ChangesGoal()]), oracle_runner())
     with pytest.raises(VariantSkipped, match="rule 4: the oracle with recovery scored 0.0"):
-        make_variant(task("reschedule-standup"), "user-incorrect", 0)
+        engine.make_variant(task("reschedule-standup"), "user-incorrect", 0)
 
 
 def test_check_variant_rejects_a_canary_the_clean_gold_already_uses() -> None:
@@ -244,13 +239,13 @@ def test_unknown_family_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="inserted object: inserted-fake-tool"):
         parse_families("clean,user-missing,injection")
     assert parse_families("inserted-injection, clean") == ["inserted-injection", "clean"]
-    assert set(known_families()) == {"clean", *FAMILIES, *INSERTED}
+    assert set(ENGINE.registry.families()) == {"clean", *FAMILIES, *INSERTED}
 
 
 def test_task_without_facts_names_the_task_and_the_fix(suite_copy: Path) -> None:
     import json
 
-    from pytest_agentperturb.task import fill
+    from pytest_agentperturb.model.task import fill
 
     clean = load_task(suite_copy / "book-offsite", "workflows")
     sol = suite_copy / "book-offsite" / "solution.json"
@@ -260,7 +255,7 @@ def test_task_without_facts_names_the_task_and_the_fix(suite_copy: Path) -> None
     toml.write_text(head.replace("tools = [", "facts = []\ntools = ["))
     t = load_task(suite_copy / "book-offsite", "workflows")
     with pytest.raises(VariantSkipped, match=r"workflows/book-offsite \[user-missing\]: the task declares no "
-                                             r"facts.*Fix: add \[\[facts\]\]"):
+                                             r"facts.*Fix: declare facts.*task.toml"):
         make_variant(t, "user-missing", 0)
     assert make_variant(t, "tool-redundant", 0).canaries  # tool families still work
 

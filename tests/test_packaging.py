@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from pytest_agentperturb.cli import main
-from pytest_agentperturb.task import load_suite, shipped
+from pytest_agentperturb.formats import shipped
+from pytest_agentperturb.formats.native import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentperturb.task import FAMILIES, INSERTED
+from pytest_agentperturb.model.task import FAMILIES, INSERTED
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TASKS = len([p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()])
@@ -126,7 +126,7 @@ def test_full_run_reports_verdicts_and_exits_zero(pytester: pytest.Pytester, sui
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] == N_TASKS * N_FAM * 2
         cols = [r[1] for r in db.execute("PRAGMA table_info(episodes)")]
-    from pytest_agentperturb.records import COLUMNS
+    from pytest_agentperturb.model.records import COLUMNS
 
     assert cols[: len(COLUMNS)] == list(COLUMNS)
     tree = ET.parse(pytester.path / "junit.xml")
@@ -189,7 +189,7 @@ def test_register_operators_hook_adds_an_operator(pytester: pytest.Pytester, sui
     pytester.makeconftest(
         "from dataclasses import replace\n"
         "from pytest_agentperturb.perturb import Edit\n"
-        "from pytest_agentperturb.records import Canary\n"
+        "from pytest_agentperturb.model.records import Canary\n"
         "class Shout:\n"
         "    '''Append a loud, irrelevant line to the user request.'''\n"
         "    id = 'shout'\n"
@@ -213,10 +213,12 @@ def test_register_operators_hook_adds_an_operator(pytester: pytest.Pytester, sui
 def test_resume_key_covers_injections(suite_path: Path) -> None:
     from dataclasses import replace
 
-    from pytest_agentperturb.perturb import make_variant
-    from pytest_agentperturb.records import Injection
-    from pytest_agentperturb.session import variant_digest
-    from pytest_agentperturb.task import load_task
+    from pytest_agentperturb.model.records import Injection
+    from pytest_agentperturb.plugin.session import variant_digest
+    from pytest_agentperturb.run import make_engine
+
+    make_variant = make_engine().make_variant
+    from pytest_agentperturb.formats.native import load_task
 
     task = load_task(suite_path / "reschedule-standup", "workflows")
     v = make_variant(task, "inserted-injection", 0)

@@ -8,9 +8,13 @@ from pathlib import Path
 import pytest
 
 from pytest_agentperturb.agents import REFERENCE_AGENTS, make_agent
-from pytest_agentperturb.perturb import clean_variant, make_variant
-from pytest_agentperturb.runner import run_episode_sync
-from pytest_agentperturb.task import FAMILIES, Task, load_suite, load_task
+from pytest_agentperturb.perturb import clean_variant
+from pytest_agentperturb.run import make_engine
+from pytest_agentperturb.run.episode import run_episode_sync
+from pytest_agentperturb.formats.native import load_suite, load_task
+from pytest_agentperturb.model.task import FAMILIES, Task
+
+make_variant = make_engine().make_variant
 
 
 def _tasks(suite_path: Path) -> list[Task]:
@@ -67,7 +71,8 @@ def test_reference_agents_are_deterministic(suite_path: Path, name: str) -> None
 
 
 def test_user_simulator_discloses_only_recovered_facts(suite_path: Path) -> None:
-    from pytest_agentperturb.agents.base import NEUTRAL_REPLY, UserSimulator
+    from pytest_agentperturb.model.context import NEUTRAL_REPLY
+    from pytest_agentperturb.run.simulator import UserSimulator
 
     task = next(t for t in _tasks(suite_path) if t.id == "reschedule-standup")
     sim = UserSimulator(task, ("new_time",))

@@ -6,16 +6,36 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import scipy.cluster.hierarchy  # noqa: F401  (loaded before pytester's in-process runs, which
 import scipy.stats  # noqa: F401               restore sys.modules and cannot reload C extensions)
 
-from pytest_agentperturb import svg
+from pytest_agentperturb.report import svg
 from pytest_agentperturb.gate import parse
-from pytest_agentperturb.report import build, episode_anchor, highlight, render
+from pytest_agentperturb import gate
+from pytest_agentperturb.report import analyse, episode_anchor, episode_table, highlight, render_page
 
 EVIL = "<script>alert('x')</script>"
+
+
+class Page:
+    """The report for rows: analysis, the gate's verdict and the page (what a session end does)."""
+
+    def __init__(self, rows: list[dict[str, Any]], thresholds: gate.Thresholds | None = None, **kw: Any) -> None:
+        table = episode_table(rows)
+        self.analysis = analyse(table, rows, **kw)
+        self.verdict = gate.evaluate(thresholds or gate.Thresholds(), self.analysis)
+        self.html = render_page(self.analysis, self.verdict, n_rows=len(table))
+
+
+def build(rows: list[dict[str, Any]], **kw: Any) -> Page:
+    return Page(rows, **kw)
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    return Page(rows).html
 
 
 def rows() -> list[dict[str, object]]:
@@ -114,7 +134,7 @@ def test_plain_run_under_xdist_writes_full_report(pytester: pytest.Pytester, sui
     text = (pytester.path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
     assert "reference/literal <span class='tag baseline'>baseline</span>" in text
     assert "reference/careful <span class='tag baseline'>baseline</span>" in text
-    from pytest_agentperturb.task import FAMILIES, INSERTED
+    from pytest_agentperturb.model.task import FAMILIES, INSERTED
 
     assert text.count("<details id='ep-") == (1 + len(FAMILIES) + len(INSERTED)) * 2  # one task, two agents
     assert "diff not recorded" not in text and "<mark>" in text

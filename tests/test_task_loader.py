@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentperturb.errors import TaskFormatError
-from pytest_agentperturb.task import TARGETS, load_suite, load_task, load_tasks, select
+from pytest_agentperturb.model.errors import TaskFormatError
+from pytest_agentperturb.formats.native import load_suite, load_task, load_tasks
+from pytest_agentperturb.model.task import TARGETS, select
 
 
 def test_builtin_suite_has_realistic_tasks(suite_path: Path) -> None:
@@ -18,10 +19,10 @@ def test_builtin_suite_has_realistic_tasks(suite_path: Path) -> None:
     for t in tasks:
         for target in TARGETS:
             assert t.surfaces.render(target).strip() not in ("", "[]"), (t.id, target)
-        assert len(t.solution) >= 2 and t.facts and t.grader["check"]
+        assert len(t.solution) >= 2 and t.facts and t.grader.spec["check"]  # type: ignore[attr-defined]
         assert {s.tool for s in t.solution} <= set(t.tools)
         # the grader is state-based: at least one check looks at the environment
-        assert any("path" in c for c in t.grader["check"])
+        assert any("path" in c for c in t.grader.spec["check"])  # type: ignore[attr-defined]
 
 
 def test_select_paths() -> None:
@@ -44,7 +45,7 @@ def _break(task_dir: Path, name: str, old: str, new: str) -> None:
     [
         ("task.toml", 'id = "reschedule-standup"', 'title_only = "x"', "id", "add id"),
         ("task.toml", 'value = "10:30"', 'value = "11:45"', "facts[1].value", "state the value"),
-        ("task.toml", '"mail_send", "contacts_search"]', '"mail_send", "fax_send"]', "tools", "implement the tool"),
+        ("task.toml", '"mail_send", "contacts_search"]', '"mail_send", "fax_send"]', "tools", "use an office tool"),
         ("context.json", '"role": "user"', '"role": "robot"', "[0]", ""),
         ("grader.toml", "equals = \"2026-12-02T15:00\"", "equals = 1\ncount = 2", "check[1]", ""),
         ("solution.json", "{recipient}", "{mailbox}", "steps[2].args", "declare a fact 'mailbox'"),

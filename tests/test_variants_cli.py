@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentperturb.cli import main
-from pytest_agentperturb.task import GRADER_FILES, load_task
+from pytest_agentperturb.formats.native import GRADER_FILES, load_task
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,7 +130,7 @@ def test_generate_rejects_an_unknown_family(tmp_path: Path, caplog: pytest.LogCa
 
 
 def test_a_task_without_facts_is_skipped_and_the_rest_is_written(suite_copy: Path, tmp_path: Path) -> None:
-    from pytest_agentperturb.task import fill
+    from pytest_agentperturb.model.task import fill
 
     clean = load_task(suite_copy / "book-offsite", "workflows")
     sol = suite_copy / "book-offsite" / "solution.json"
@@ -142,7 +142,7 @@ def test_a_task_without_facts_is_skipped_and_the_rest_is_written(suite_copy: Pat
     assert main(["generate", str(suite_copy), "--out", str(out), "--families", "user-missing,tool-missing"]) == 1
     index = json.loads((out / "workflows" / "index.json").read_text())
     assert [(s["task"], s["family"]) for s in index["skipped"]] == [("book-offsite", "user-missing")]
-    assert "declares no facts" in index["skipped"][0]["reason"] and "Fix: add [[facts]]" in index["skipped"][0]["reason"]
+    assert "declares no facts" in index["skipped"][0]["reason"] and "Fix: declare facts" in index["skipped"][0]["reason"]
     assert [e["task"] for e in index["errors"]] == ["triage-ticket"]
     assert len(index["variants"]) == 7 * 2 + 1
     assert main(["verify", str(out)]) == 0

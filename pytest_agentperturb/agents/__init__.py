@@ -1,32 +1,35 @@
-"""Agent runners: the offline reference baselines and the litellm function-calling agent.
+"""Agent runners: the offline reference baselines, the litellm agent, and your own Python agents.
 
-:func:`make_agent` turns a model spec from ``--agentperturb-model`` into an
-:class:`Agent`: ``reference/*`` names the offline baselines, any other name
-the litellm agent; plugins add runners through the
-``pytest_agentperturb_make_agent`` hook.
+:func:`make_agent` turns a model name from ``--agentperturb-model`` into an
+agent: ``reference/*`` names the offline baselines, any other name the
+litellm function-calling agent.  :func:`load_agent` turns an
+``--agentperturb-agent`` spec (``module:attr`` or ``file.py:attr``) into one;
+:func:`as_agent` wraps a function or object already in hand.  Plugins add
+runners through the ``pytest_agentperturb_make_agent`` hook.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from ..errors import OptionError
-from ..llm_options import LLMSettings
-from .base import ASK_USER, Agent, EpisodeContext, UserSimulator
+from ..model.errors import OptionError
+from ..model.options import LLMSettings
+from .python import PythonAgent, as_agent, load_agent, load_object
 from .reference import CarefulAgent, LiteralAgent, OracleAgent
 
-REFERENCE_AGENTS: dict[str, Callable[[], Agent]] = {
+REFERENCE_AGENTS: dict[str, Callable[[], Any]] = {
     OracleAgent.name: OracleAgent,
     LiteralAgent.name: LiteralAgent,
     CarefulAgent.name: CarefulAgent,
 }
 
 
-def make_agent(spec: str, settings: LLMSettings | None = None) -> Agent:
+def make_agent(spec: str, settings: LLMSettings | None = None) -> Any:
     """The agent for ``spec``: a ``reference/*`` baseline, or the litellm agent for any other name.
 
     Raises:
-        OptionError: for an unknown ``reference/*`` name.
+        OptionError: for an unknown ``reference/*`` name or an empty name.
     """
     if spec in REFERENCE_AGENTS:
         return REFERENCE_AGENTS[spec]()
@@ -37,4 +40,5 @@ def make_agent(spec: str, settings: LLMSettings | None = None) -> Agent:
     return LiteLLMAgent(spec, settings)
 
 
-__all__ = ["ASK_USER", "Agent", "EpisodeContext", "UserSimulator", "REFERENCE_AGENTS", "make_agent"]
+__all__ = ["REFERENCE_AGENTS", "CarefulAgent", "LiteralAgent", "OracleAgent", "PythonAgent", "as_agent",
+           "load_agent", "load_object", "make_agent"]

@@ -1,6 +1,6 @@
 """A native function-calling agent over litellm: what users run against their own models.
 
-The four surfaces map onto the chat format (DESIGN.md section 1): the
+The four surfaces map onto the chat format (docs/design.md section 1): the
 procedure is the system prompt, the context surface becomes earlier turns,
 the user surface is the user turn and the tool contract is ``tools``, with an
 ``ask_user`` function added and wired to the user simulator.  Tool calls run
@@ -8,7 +8,7 @@ against the environment by true name; an unknown name, malformed JSON
 arguments or a schema violation come back as an error observation and the
 loop goes on.  A reply without tool calls is the final answer.
 
-Calls follow the protocol of DESIGN.md section 3 (:mod:`..llm_options`):
+Calls follow the protocol of docs/design.md section 3 (:class:`~..model.options.LLMSettings`):
 rate-limit and timeout errors are retried with exponential backoff, every
 other provider error is raised at once as a typed :class:`ProviderError`
 whose message says what to fix.  litellm is imported on first use only, with
@@ -27,9 +27,10 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from ..errors import InfrastructureError
-from ..llm_options import LLMSettings
-from .base import ASK_USER, ERROR_PREFIX, EpisodeContext
+from ..model.context import ASK_USER, EpisodeContext
+from ..model.errors import InfrastructureError
+from ..model.options import LLMSettings
+from ..model.protocols import ERROR_PREFIX, Observation
 
 log = logging.getLogger("pytest_agentperturb.llm")
 T = TypeVar("T")
@@ -206,15 +207,20 @@ def tool_list(ctx: EpisodeContext) -> list[dict[str, Any]]:
     return tools
 
 
-def tool_result_messages(call_id: str, name: str, observation: str | Sequence[Mapping[str, Any]]
-                         ) -> list[dict[str, Any]]:
+def tool_result_messages(call_id: str, name: str,
+                         observation: Observation | str | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Messages carrying one tool result: text in the tool message, images in a following user turn.
 
-    ``observation`` is text, or a list of parts: ``{"type": "text", "text": ...}``,
-    ``{"type": "image", "data": <base64>, "mime_type": "image/png"}`` or an
-    OpenAI ``image_url`` part.  Chat APIs accept images only in user turns,
-    so they follow the tool message.
+    ``observation`` is an :class:`Observation`, text, or a list of JSON
+    parts: ``{"type": "text", "text": ...}``, ``{"type": "image", "data":
+    <base64>, "mime_type": "image/png"}`` or an OpenAI ``image_url`` part.
+    Chat APIs accept images only in user turns, so they follow the tool
+    message.  An image's text layer is never sent: models see pixels only.
     """
+    if isinstance(observation, Observation):
+        if not observation.images:
+            return [{"role": "tool", "tool_call_id": call_id, "content": observation.text}]
+        observation = observation.to_json()
     if isinstance(observation, str):
         return [{"role": "tool", "tool_call_id": call_id, "content": observation}]
     texts, images = [], []
@@ -295,6 +301,7 @@ class LiteLLMAgent:
                 for i, c in enumerate(calls)]})
             for i, c in enumerate(calls):
                 name, raw = str(c.function.name), c.function.arguments or "{}"
+                obs: Observation | str
                 try:
                     args = json.loads(raw)
                 except json.JSONDecodeError as exc:

@@ -116,7 +116,7 @@ def summary_lines(a: Analysis) -> list[str]:
     Compliance is the share of the 12 families' perturbed episodes with a
     compliance verdict (DESIGN.md section 4); turns are per scored episode.
     """
-    from ..task import FAMILIES
+    from ..model.task import FAMILIES
 
     ep = scored(a.episodes)
     lines = []

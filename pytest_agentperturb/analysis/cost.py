@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..task import CLEAN
+from ..model.task import CLEAN
 from .degradation import ALL_MODELS
 from .stats import signed_rank
 from .table import scored, tokens

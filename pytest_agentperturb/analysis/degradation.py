@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..task import CLEAN, FAMILIES, TARGETS, TYPES
+from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
 from .stats import N_BOOTSTRAP, bootstrap_weights, mcnemar, percentile_interval, signed_rank
 from .table import scored
 

@@ -21,8 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AgentPerturbError
-from ..task import CLEAN
+from ..model.errors import AgentPerturbError
+from ..model.task import CLEAN
 
 if TYPE_CHECKING:
     import pandas as pd

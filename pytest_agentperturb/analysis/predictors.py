@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..task import CLEAN
+from ..model.task import CLEAN
 from .degradation import relative_degradation
 from .stats import N_PERMUTATIONS, spearman_permutation
 from .table import scored
@@ -21,7 +21,7 @@ from .table import scored
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..task import Task
+    from ..model.task import Task
 
 PREDICTOR_COLUMNS = ["suite", "predictor", "rho", "p_value", "n", "outcome"]
 #: Task properties correlated with per-task degradation.
@@ -42,7 +42,7 @@ def read_capability(path: str) -> pd.DataFrame:
     """
     import pandas as pd
 
-    from ..errors import AgentPerturbError
+    from ..model.errors import AgentPerturbError
 
     try:
         cap = pd.read_csv(path)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..task import CLEAN, FAMILIES, family_parts
+from ..model.task import CLEAN, FAMILIES, family_parts
 from .stats import N_BOOTSTRAP, FloatArray, percentile_interval, ranks
 from .table import scored
 

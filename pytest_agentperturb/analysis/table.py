@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AgentPerturbError
-from ..records import COLUMNS
-from ..task import CLEAN, FAMILIES, INSERTED, family_parts
+from ..model.errors import AgentPerturbError
+from ..model.records import COLUMNS
+from ..model.task import CLEAN, FAMILIES, INSERTED, family_parts
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,29 +1,43 @@
-"""The perturbation engine: operator catalog, variants and validity checks.
+"""The perturbation engine: operators, a registry per session, variants and validity checks.
 
-See :mod:`pytest_agentperturb.perturb.base` for the rules.  Built-in
-operators, one module per surface: :mod:`.user_ops`, :mod:`.procedure_ops`,
-:mod:`.context_ops`, :mod:`.tool_ops`, plus :mod:`.inserted_ops` for the
-inserted objects; :mod:`.text_ops` holds the fact operators the three text
-surfaces share and :mod:`.helpers` the shared helpers.
+See :mod:`.engine` for the rules.  Built-in operators, one module per
+surface: :mod:`.user_ops`, :mod:`.procedure_ops`, :mod:`.context_ops`,
+:mod:`.tool_ops`, plus :mod:`.inserted_ops` for the inserted objects;
+:mod:`.text_ops` holds the fact operators the three text surfaces share and
+:mod:`.helpers` the shared helpers.  Nothing registers itself on import:
+:func:`builtin_registry` makes a fresh catalog, which a session then extends.
 """
 
 from __future__ import annotations
 
-from .base import (
+from .engine import (
+    FACT_FAMILIES,
     MAX_ATTEMPTS,
-    REGISTRY,
     Edit,
+    Engine,
     Operator,
-    check_variant,
+    OracleResult,
+    OracleRunner,
+    Registry,
     clean_variant,
-    known_families,
-    make_variant,
-    operators,
-    register,
+    structural_problems,
     surface_diff,
 )
 
+
+def builtin_operators() -> list[Operator]:
+    """Every built-in operator, in catalog order."""
+    from . import context_ops, inserted_ops, procedure_ops, tool_ops, user_ops
+
+    return [op for mod in (user_ops, procedure_ops, context_ops, tool_ops, inserted_ops) for op in mod.OPERATORS]
+
+
+def builtin_registry() -> Registry:
+    """A new registry holding the built-in operators."""
+    return Registry(builtin_operators())
+
+
 __all__ = [
-    "MAX_ATTEMPTS", "REGISTRY", "Edit", "Operator", "check_variant", "clean_variant", "known_families",
-    "make_variant", "operators", "register", "surface_diff",
+    "FACT_FAMILIES", "MAX_ATTEMPTS", "Edit", "Engine", "Operator", "OracleResult", "OracleRunner", "Registry",
+    "builtin_operators", "builtin_registry", "clean_variant", "structural_problems", "surface_diff",
 ]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from ..records import Canary
-from ..task import Task, Turn
-from .base import Edit, register
+from ..model.records import Canary
+from ..model.task import Task, Turn
+from .engine import Edit, Operator
 from .helpers import facts_on, omission, pick_decoy
 from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue
 
@@ -78,6 +78,12 @@ class PrependUnrelatedHistory:
         return Edit(new, (Canary("text", d, fact.id),), note=f"prepended history mentioning {d}")
 
 
-for _op in (DropFactSentence("context"), DropTurn(), AppendUnrelated("context"), PrependUnrelatedHistory(),
-            SwapValue("context"), MisattributeValue("context")):
-    register(_op)
+#: The operators of this module, in catalog order.
+OPERATORS: tuple[Operator, ...] = (
+    DropFactSentence("context"),
+    DropTurn(),
+    AppendUnrelated("context"),
+    PrependUnrelatedHistory(),
+    SwapValue("context"),
+    MisattributeValue("context"),
+)

@@ -12,9 +12,9 @@ import random
 import re
 from dataclasses import replace
 
-from ..records import Canary
-from ..task import TARGETS, Fact, Surfaces, Task, Turn, fill
-from .base import Edit
+from ..model.records import Canary
+from ..model.task import TARGETS, Fact, Surfaces, Task, Turn, fill
+from .engine import Edit
 
 
 def surface_text(s: Surfaces, target: str) -> str:

@@ -1,4 +1,4 @@
-"""Inserted objects (DESIGN.md section 1): planted artefacts, one parameter each.
+"""Inserted objects (docs/design.md section 1): planted artefacts, one parameter each.
 
 Each operator here plants one concrete object and registers under the
 object's id (see :data:`~pytest_agentperturb.task.INSERTED`):
@@ -22,9 +22,9 @@ import copy
 import random
 from dataclasses import replace
 
-from ..records import Canary, Injection
-from ..task import Task, Turn
-from .base import Edit, register
+from ..model.records import Canary, Injection
+from ..model.task import Task, Turn
+from .engine import Edit, Operator
 from .helpers import clean_text, pick_decoy
 
 _READ_VERBS = ("list", "search", "read")
@@ -116,5 +116,5 @@ class InjectInstruction:
                     note=f"injected into {tool} output: {text}")
 
 
-for _op in (PlantFakeTool(), InsertDistractorTurn(), InjectInstruction()):
-    register(_op)
+#: The operators of this module, in catalog order.
+OPERATORS: tuple[Operator, ...] = (PlantFakeTool(), InsertDistractorTurn(), InjectInstruction())

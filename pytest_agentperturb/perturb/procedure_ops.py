@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 import re
 
-from ..records import Canary
-from ..task import Fact, Task
-from .base import Edit, register
+from ..model.records import Canary
+from ..model.task import Fact, Task
+from .engine import Edit, Operator
 from .helpers import facts_on, replace_text, stating_sentence
 from .text_ops import AppendUnrelated, DropFactSentence, KeepObsolete, SwapValue, VagueValue
 
@@ -71,6 +71,12 @@ class InvertCondition:
                     note=f"inverted: {sent.strip()} -> {new_sent.strip()}")
 
 
-for _op in (DropFactSentence("procedure"), VagueValue("procedure"), AppendUnrelated("procedure"),
-            KeepObsolete("procedure"), SwapValue("procedure"), InvertCondition()):
-    register(_op)
+#: The operators of this module, in catalog order.
+OPERATORS: tuple[Operator, ...] = (
+    DropFactSentence("procedure"),
+    VagueValue("procedure"),
+    AppendUnrelated("procedure"),
+    KeepObsolete("procedure"),
+    SwapValue("procedure"),
+    InvertCondition(),
+)

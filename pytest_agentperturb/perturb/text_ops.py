@@ -3,7 +3,7 @@
 Each class is instantiated once per target it makes sense for; the target
 modules (:mod:`.user_ops`, :mod:`.procedure_ops`, :mod:`.context_ops`)
 register the instances under ``<target>-<type>``.  They act on *facts*
-(DESIGN.md 1b): a missing operator removes what states a needed fact, a
+(docs/design.md section 1b): a missing operator removes what states a needed fact, a
 redundant one adds plausible content that does not change the solution, an
 incorrect one replaces a stated value with a wrong one that stays
 recoverable (the user simulator knows the true value).
@@ -15,9 +15,9 @@ import random
 import re
 from dataclasses import replace
 
-from ..records import Canary
-from ..task import Fact, Task, Turn, select
-from .base import Edit
+from ..model.records import Canary
+from ..model.task import Fact, Task, Turn
+from .engine import Edit
 from .helpers import (
     clean_text,
     decoy,
@@ -243,8 +243,7 @@ class MisattributeValue(_OnTarget):
 
     def _candidates(self, task: Task, fact: Fact) -> list[str]:
         seen = clean_text(task)
-        vals = [str(v) for v in select(task.environment, fact.domain)] if fact.domain else []
-        return sorted({v for v in vals if v != fact.value and v not in seen and v})
+        return sorted({v for v in task.domain_values(fact) if v != fact.value and v not in seen and v})
 
     def applicable(self, task: Task) -> bool:
         return any(self._candidates(task, f) for f in facts_on(task, self.target))

@@ -1,6 +1,6 @@
 """Tool-contract operators: patch operations on the advertised ``tools`` list.
 
-Operator ids follow the paper's edit-magnitude study (DESIGN.md section 1):
+Operator ids follow the paper's edit-magnitude study (docs/design.md section 1):
 ``remove_tool``, ``hide_required_argument`` (missing); ``add_fake_tool``,
 ``duplicate_alias`` (redundant); ``rename_tool`` (capitalisation, hyphens,
 counterfactual names), ``replace_description``, ``replace_enum`` (incorrect).  Only the contract changes; the environment still runs
@@ -15,9 +15,9 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from ..records import Canary
-from ..task import Surfaces, Task
-from .base import Edit, register
+from ..model.records import Canary
+from ..model.task import Surfaces, Task
+from .engine import Edit, Operator
 
 
 def _used(task: Task) -> list[str]:
@@ -265,6 +265,13 @@ class ReplaceEnum:
                     note=f"{tool}.{arg} enum -> {', '.join(planted)}")
 
 
-for _op in (RemoveTool(), HideRequiredArgument(), AddFakeTool(), DuplicateAlias(), RenameTool(),
-            ReplaceDescription(), ReplaceEnum()):
-    register(_op)
+#: The operators of this module, in catalog order.
+OPERATORS: tuple[Operator, ...] = (
+    RemoveTool(),
+    HideRequiredArgument(),
+    AddFakeTool(),
+    DuplicateAlias(),
+    RenameTool(),
+    ReplaceDescription(),
+    ReplaceEnum(),
+)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from ..records import Canary
-from ..task import Task
-from .base import Edit, register
+from ..model.records import Canary
+from ..model.task import Task
+from .engine import Edit, Operator
 from .text_ops import (
     AppendUnrelated,
     DropFactSentence,
@@ -46,6 +46,12 @@ class AddBackground:
                     note=f"background: {thing}")
 
 
-for _op in (DropFactSentence("user"), VagueValue("user"), AppendUnrelated("user"), AddBackground(),
-            SwapValue("user"), MisattributeValue("user")):
-    register(_op)
+#: The operators of this module, in catalog order.
+OPERATORS: tuple[Operator, ...] = (
+    DropFactSentence("user"),
+    VagueValue("user"),
+    AppendUnrelated("user"),
+    AddBackground(),
+    SwapValue("user"),
+    MisattributeValue("user"),
+)

@@ -6,33 +6,31 @@ Registered by the session only when the pytest-html plugin is active; the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-if TYPE_CHECKING:
-    from .session import AgentPerturbSession
+from .collect import PerturbItem
 
 
 class HtmlExtras:
     """Adds ``extras`` (pytest-html 4) to the call report of every :class:`PerturbItem`."""
 
-    def __init__(self, session: AgentPerturbSession) -> None:
-        self.session = session
+    def __init__(self, report_path: Path) -> None:
+        self.report_path = report_path
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
-        from .collect import PerturbItem
-
         if not isinstance(item, PerturbItem) or item.record is None:
             return report
         if report.when != "call" and not (report.when == "setup" and not report.passed):
             return report
         from pytest_html import extras
 
-        from .report import diff_html, episode_anchor
-        from .svg import esc
+        from ..report import diff_html, episode_anchor
+        from ..report.svg import esc
 
         rec = item.record
         row = rec.to_row()
@@ -44,7 +42,7 @@ class HtmlExtras:
                 f"verdict <b>{esc(verdict)}</b> {esc(comp)} · reward {esc(rec.reward)}</p>"
                 + (f"<p>canaries: {esc(cans)}</p>" if cans else "")
                 + (diff_html(v.diff) if v is not None and v.diff else "") + "</div>")
-        link = self.session.settings.report.resolve().as_uri() + "#" + episode_anchor(row)
+        link = self.report_path.resolve().as_uri() + "#" + episode_anchor(row)
         report.extras = [*getattr(report, "extras", []), extras.html(body),
                          extras.url(link, name="agentperturb report")]
         return report

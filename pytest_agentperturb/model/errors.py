@@ -1,4 +1,4 @@
-"""One exception hierarchy for the whole package (STYLE.md practice 9).
+"""One exception hierarchy for the whole package.
 
 User mistakes carry the file, the field, what was expected, what was found
 and the fix, so the plugin can turn them into collection or usage errors

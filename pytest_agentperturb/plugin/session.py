@@ -1,36 +1,43 @@
 """The session object, registered only when ``--agentperturb`` is on.
 
-On every process it runs episodes for its items and writes them to the store.
+On every process it owns the session's registries (operators, agents,
+suite adapters), runs episodes for its items and writes them to the store.
 On the xdist controller (or the only process without xdist) it gathers the
-per-item records that travel on the test reports, prints the summary and
-writes the HTML report once, at the end.
+per-item records that travel on the test reports, prints the summary, runs
+the analysis, asks the gate for a verdict and writes the HTML report once,
+at the end.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import __version__, llm_options
-from . import gate as _gate
-from .errors import VariantSkipped
-from .options import Settings
-from .records import EpisodeRecord, Variant
-from .task import CLEAN, TARGETS
+from ..gate import Thresholds, Verdict
+from ..model import __version__
+from ..model.errors import OptionError, VariantSkipped
+from ..model.options import Settings
+from ..model.context import Agent
+from ..model.task import SuiteAdapter
+from ..model.records import EpisodeRecord, Variant
+from ..model.task import CLEAN, FAMILIES, INSERTED, TARGETS
+from .collect import ITEM_RUNNER, EpisodeFailed, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
 
 if TYPE_CHECKING:
-    from .agents.base import Agent
-    from .analysis import Analysis
-    from .collect import PerturbItem
-    from .concurrency import Batcher
-    from .generator import Generator
-    from .store import Store
+    from ..analysis import Analysis
+    from ..perturb.engine import Engine, Registry
+    from ..run.batcher import Batcher
+    from ..run.generator import Generator
+    from ..run.store import Store
 
 SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
 REPORT_ATTR = "agentperturb"
+DEFAULT_FAMILIES = (CLEAN, *FAMILIES, *INSERTED)
 
 
 def variant_digest(task_digest: str, variant: Variant) -> str:
@@ -45,42 +52,151 @@ def variant_digest(task_digest: str, variant: Variant) -> str:
     return h.hexdigest()
 
 
+def row_extras(item: PerturbItem) -> dict[str, Any]:
+    """What the report needs beyond the episode columns: the variant's diff and canaries, task properties."""
+    from ..analysis.predictors import task_properties
+
+    v = item.variant
+    return {"diff": v.edit_text if v is not None else "",
+            "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
+            "task_properties": task_properties(item.task)}
+
+
 class AgentPerturbSession:
     """Per-process state of one pytest session (kept in ``config.stash``)."""
 
-    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, thresholds: Thresholds) -> None:
         self.config = config
         self.settings = settings
+        self.seed = settings.seed
+        self.thresholds = thresholds
+        self.llm = settings.llm
         self.is_worker = hasattr(config, "workerinput")
         self._store: Store | None = None
         self._agents: dict[str, Agent] = {}
+        self._runner_args: dict[str, list[str]] = {}
+        self._adapters: dict[tuple[str, str], SuiteAdapter | None] = {}
+        self._adapter_families: dict[int, tuple[str, ...]] = {}
+        self._registry: Registry | None = None
+        self._engine: Engine | None = None
         self._variants: dict[tuple[str, str, int], Variant | VariantSkipped] = {}
         self.records: list[dict[str, Any]] = []
         self.skipped: list[tuple[str, str]] = []
         self.started = time.perf_counter()
-        self.thresholds = _gate.resolve(config)  # validated at start-up: a bad value is a usage error
-        self.verdict: _gate.Verdict | None = None
+        self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
         if config.pluginmanager.hasplugin("html"):
             from .html_extras import HtmlExtras
 
-            config.pluginmanager.register(HtmlExtras(self), "agentperturb-html-extras")
-        self.llm = llm_options.resolve(config)
+            config.pluginmanager.register(HtmlExtras(settings.report), "agentperturb-html-extras")
         self._batcher: Batcher | None = None
         self._generator: Generator | None = None
+        config.stash[ITEM_RUNNER] = self
+
+    # -- registries ------------------------------------------------------------
+    @property
+    def registry(self) -> Registry:
+        """This session's operator catalog: built-ins, hook registrations, adapters' operators."""
+        if self._registry is None:
+            from ..perturb import builtin_registry
+
+            self._registry = builtin_registry()
+            self.config.hook.pytest_agentperturb_register_operators(register=self._registry.register)
+        return self._registry
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            from ..perturb.engine import Engine
+            from ..run.episode import oracle_runner
+
+            self._engine = Engine(self.registry, oracle_runner())
+        return self._engine
+
+    def adapter(self, path: Path | None = None, name: str | None = None) -> SuiteAdapter | None:
+        """The suite adapter for a folder or a suite name (asked once per session)."""
+        key = (str(path) if path is not None else "", name or "")
+        if key not in self._adapters:
+            adapter = self.config.hook.pytest_agentperturb_suite_adapter(path=path, name=name, config=self.config)
+            self._adapters[key] = adapter
+            if adapter is not None:
+                self._register_adapter(adapter)
+        return self._adapters[key]
+
+    def _register_adapter(self, adapter: SuiteAdapter) -> None:
+        own = list(getattr(adapter, "operators", lambda: ())())
+        for op in own:
+            self.registry.register(op)
+        extra = tuple(dict.fromkeys(op.family for op in own if op.family not in DEFAULT_FAMILIES))
+        self._adapter_families[id(adapter)] = extra
+
+    def families_for(self, adapter: SuiteAdapter) -> tuple[str, ...]:
+        """The chosen families, or by default every family plus the adapter's own inserted objects."""
+        if self.settings.sources.get("families", "default") != "default":
+            return self.settings.families
+        return (*self.settings.families, *self._adapter_families.get(id(adapter), ()))
+
+    def runner_names(self) -> tuple[str, ...]:
+        return tuple(self._runner_args)
+
+    def agent(self, name: str) -> Agent:
+        return self._agents[name]
+
+    def _load_agents(self) -> None:
+        """Resolve every --agentperturb-model and --agentperturb-agent (a bad one is a usage error)."""
+        from ..agents import load_agent
+
+        for model in self.settings.models:
+            agent = self.config.hook.pytest_agentperturb_make_agent(model=model, config=self.config)
+            if agent is None:
+                raise pytest.UsageError(f"--agentperturb-model {model!r}: no agent runner accepts this name")
+            self._add_agent(agent, ["--agentperturb-model", model])
+        for spec in self.settings.agents:
+            try:
+                agent = load_agent(spec, Path(str(self.config.rootpath)))
+            except OptionError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            self._add_agent(agent, ["--agentperturb-agent", spec])
+
+    def _add_agent(self, agent: Agent, args: list[str]) -> None:
+        name = str(agent.name)
+        if name in self._agents:
+            raise pytest.UsageError(f"{' '.join(args)}: two agents are called {name!r}; give each a unique name")
+        self._agents[name] = agent
+        self._runner_args[name] = args
 
     # -- lifecycle ------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from .perturb import register
-
-        self.config.hook.pytest_agentperturb_register_operators(register=register)
-        for m in self.settings.models:
-            self.agent(m)  # fail fast on an unknown model
+        self._load_agents()
         if not self.is_worker:
             self.store().record_run(self.settings.run_id, {
-                "seed": self.settings.seed, "models": list(self.settings.models),
+                "seed": self.settings.seed, "models": list(self.runner_names()),
                 "families": list(self.settings.families), "version": __version__,
             })
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        """Add the ``--agentperturb-suite`` suites as children of the session."""
+        rep = yield
+        if isinstance(collector, pytest.Session) and rep.passed:
+            for name in self.settings.suites:
+                path = Path(name)
+                is_dir = path.is_dir()
+                adapter = self.adapter(path=path.resolve(), name=None) if is_dir else self.adapter(name=name)
+                if adapter is None:
+                    raise pytest.UsageError(
+                        f"--agentperturb-suite {name!r}: no suite adapter recognises this "
+                        f"{'folder' if is_dir else 'name'}; fix: install the adapter's extra "
+                        "(e.g. pip install 'pytest-agentperturb[agentdojo]') or check the spelling")
+                rep.result.append(NamedSuite.from_parent(collector, name=name, adapter=adapter))
+        return rep
+
+    def collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        """A :class:`SuiteDirectory` for a folder some adapter recognises."""
+        adapter = self.adapter(path=path)
+        if adapter is None:
+            return None
+        return SuiteDirectory.from_parent(parent, path=path, adapter=adapter)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -101,25 +217,16 @@ class AgentPerturbSession:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings
         return [
-            f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.models)}",
-            f"agentperturb: store={s.store} report={s.report}"
-            + (" (resume)" if s.resume else ""),
+            f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.runners)}",
+            f"agentperturb: store={s.store} report={s.report}" + (" (resume)" if s.resume else ""),
         ]
 
     def store(self) -> Store:
         if self._store is None:
-            from .store import Store
+            from ..run.store import Store
 
             self._store = Store(self.settings.store)
         return self._store
-
-    def agent(self, model: str) -> Agent:
-        if model not in self._agents:
-            agent = self.config.hook.pytest_agentperturb_make_agent(model=model, config=self.config)
-            if agent is None:
-                raise pytest.UsageError(f"--agentperturb-model {model!r}: no agent runner accepts this name")
-            self._agents[model] = agent
-        return self._agents[model]
 
     # -- running ---------------------------------------------------------------
     def _variant(self, item: PerturbItem) -> Variant | VariantSkipped:
@@ -135,13 +242,11 @@ class AgentPerturbSession:
         """Rule operators, or the LLM generator when ``--agentperturb-generator`` is set."""
         if self.llm.generator:
             if self._generator is None:
-                from .generator import Generator
+                from ..run.generator import Generator
 
-                self._generator = Generator(self.llm, batcher=self.batcher())
+                self._generator = Generator(self.llm, self.engine, batcher=self.batcher())
             return self._generator.make_variant(item.task, item.family, item.seed)
-        from .perturb import make_variant
-
-        return make_variant(item.task, item.family, item.seed)
+        return self.engine.make_variant(item.task, item.family, item.seed)
 
     def variant(self, item: PerturbItem) -> Variant:
         v = self._variant(item)
@@ -155,7 +260,7 @@ class AgentPerturbSession:
 
     def _episode(self, item: PerturbItem, variant: Variant) -> Any:
         """A factory of the item's episode coroutine (run on the batcher's loop)."""
-        from .runner import run_episode
+        from ..run.episode import run_episode
 
         agent = self.agent(item.model)
         return lambda: run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,
@@ -163,8 +268,6 @@ class AgentPerturbSession:
 
     def _prefetch(self, item: pytest.Item) -> Any:
         """Episode factory of an upcoming item, or None when it will be skipped or reused."""
-        from .collect import PerturbItem
-
         if not isinstance(item, PerturbItem):
             return None
         v = self._variant(item)
@@ -176,7 +279,7 @@ class AgentPerturbSession:
 
     def batcher(self) -> Batcher:
         if self._batcher is None:
-            from .concurrency import Batcher
+            from ..run.batcher import Batcher
 
             self._batcher = Batcher(self.llm.concurrency)
         return self._batcher
@@ -187,7 +290,7 @@ class AgentPerturbSession:
         The episode runs on the batcher's event loop together with the
         prefetched episodes of the items this process runs next.
         """
-        from .concurrency import upcoming
+        from .schedule import upcoming
 
         variant = self.variant(item)
         item.variant = variant
@@ -209,29 +312,35 @@ class AgentPerturbSession:
                     n -= 1
 
         rec: EpisodeRecord = batcher.run(item.nodeid, self._episode(item, variant), top_up)
-        rec.model = item.model
         self.store().put(rec, digest, variant)
         item.record = rec
         self.config.hook.pytest_agentperturb_episode_recorded(record=rec, config=self.config)
 
     def check_item(self, item: PerturbItem) -> None:
         """Strict mode: a compliance fails the item; otherwise the verdict is only reported."""
-        _gate.check_item(self.thresholds, item)
+        rec = item.record
+        if self.thresholds.strict and rec is not None and rec.compliance:
+            raise EpisodeFailed(f"strict mode: the agent complied with the {item.family} perturbation "
+                                f"(operator {rec.operator}); reward {rec.reward}")
+
+    def reproduce(self, item: PerturbItem) -> str:
+        return reproduce_line(item.nodeid, self._runner_args.get(item.model, ["--agentperturb-model", item.model]),
+                              self.settings.seed, named=self._is_named(item.nodeid))
+
+    def _is_named(self, nodeid: str) -> bool:
+        return nodeid.split("::", 1)[0] in self.settings.suites
 
     # -- reporting -------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
-        from .collect import PerturbItem
-
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
                 row = item.record.to_row()
                 row["trajectory"] = item.record.trajectory
-                row.update(reused=item.reused, nodeid=item.nodeid, threshold=item.task.threshold)
-                from .report import row_extras
-
+                row.update(reused=item.reused, nodeid=item.nodeid, threshold=item.task.threshold,
+                           reproduce=item.reproduce_line())
                 row.update(row_extras(item))  # diff, canaries, task properties for the report
                 setattr(report, REPORT_ATTR, row)
                 if report.when == "call":
@@ -276,17 +385,19 @@ class AgentPerturbSession:
             self._store.close()
         if self.is_worker or self.config.option.collectonly:
             return  # nothing ran: keep the last report instead of writing an empty one
-        from .report import write
+        from .. import report
+        from ..gate import evaluate
 
         self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"]))
         extra = self.config.hook.pytest_agentperturb_report_sections(
             records=[EpisodeRecord.from_row(r) for r in self.records], config=self.config)
-        rep = write(self.settings.report, self.records, settings=self.settings, thresholds=self.thresholds,
-                    skipped=self.skipped, extra_sections=[s for res in extra for s in (res or [])],
-                    seed=self.settings.seed)
-        self.verdict = rep.verdict
-        self.analysis = rep.analysis
-        if rep.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
+        table = report.episode_table(self.records)
+        self.analysis = report.analyse(table, self.records, seed=self.settings.seed)
+        self.verdict = evaluate(self.thresholds, self.analysis)
+        html = report.render_page(self.analysis, self.verdict, settings=self.settings, skipped=self.skipped,
+                                  extra_sections=[s for res in extra for s in (res or [])], n_rows=len(table))
+        report.write(self.settings.report, html)
+        if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -300,23 +411,17 @@ class AgentPerturbSession:
                       f"errors: {errors} (excluded from every aggregate), "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
         if self.analysis is not None:
-            from .analysis import summary_lines
+            from ..analysis import summary_lines
 
             for line in summary_lines(self.analysis):
                 tr.write_line(line)
         failed = [r for r in self.records if r["success"] is False]
         if failed:
             tr.write_line(f"agent failures: {len(failed)} (first 5 below; all in the report)")
-            from .collect import reproduce_line
-
             for r in failed[:5]:
                 tr.write_line(f"  {r['nodeid']}  reward={r['reward']}")
-                tr.write_line(f"    {reproduce_line(r['nodeid'], r['model'], self.settings.seed)}")
+                tr.write_line(f"    {r['reproduce']}")
         for line in (self.verdict.lines() if self.verdict is not None else []):
             tr.write_line(line, red=self.verdict is not None and self.verdict.failed and "breached" in line)
         tr.write_line(f"report: {self.settings.report}")
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")
-
-
-
-__all__ = ["SESSION_KEY", "AgentPerturbSession", "EpisodeRecord", "CLEAN"]

@@ -1,4 +1,4 @@
-"""The metric sections of the HTML report, one function per DESIGN.md section 4 metric.
+"""The metric sections of the HTML report, one function per metric of docs/design.md section 4.
 
 Each section function takes an :class:`~pytest_agentperturb.analysis.Analysis`
 and returns escaped HTML.  Tables go through :func:`table`, which escapes
@@ -11,36 +11,37 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..model.task import TARGETS, TYPES
 from .svg import correlation_matrix, dot_intervals, esc, heatmap
-from .task import TARGETS, TYPES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .analysis import Analysis
+    from ..analysis import Analysis
 
-BASELINE_PREFIX = "reference/"
 ALL_MODELS = "all models"
 
 
-def is_baseline(model: str) -> bool:
-    """Reference agents are baselines, never model results."""
-    return str(model).startswith(BASELINE_PREFIX)
+def baselines(a: Analysis) -> frozenset[str]:
+    """The models of an analysis flagged as baselines (reported, never model results)."""
+    from ..gate import baseline_models
+
+    return frozenset(baseline_models(a.episodes))
 
 
-def model_cell(model: Any) -> str:
+def model_cell(model: Any, base: frozenset[str] = frozenset()) -> str:
     m = str(model)
-    if is_baseline(m):
+    if m in base:
         return f"{esc(m)} <span class='tag baseline'>baseline</span>"
     if m == ALL_MODELS:
         return "<i>all models (suite average)</i>"
     return esc(m)
 
 
-def fmt(v: Any, kind: str) -> str:
+def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
     """One cell, formatted and escaped."""
     if kind == "model":
-        return model_cell(v)
+        return model_cell(v, base)
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if kind == "pct":
@@ -62,7 +63,8 @@ def fmt(v: Any, kind: str) -> str:
 Col = tuple[str, str, str]   # header, column (or "ci"), kind
 
 
-def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | None = None) -> str:
+def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | None = None,
+          baselines: frozenset[str] = frozenset()) -> str:
     """An escaped HTML table of ``df``; ``("95% CI", "ci", "pct")`` renders ``[ci_low, ci_high]``."""
     if not len(df):
         return "<p class=muted>no data</p>"
@@ -76,7 +78,7 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
                 lo, hi = r.get("ci_low"), r.get("ci_high")
                 tds.append(f"<td class=ci>[{fmt(lo, k)}, {fmt(hi, k)}]</td>")
             else:
-                tds.append(f"<td{' class=l' if k in ('s', 'model') else ''}>{fmt(r.get(c), k)}</td>")
+                tds.append(f"<td{' class=l' if k in ('s', 'model') else ''}>{fmt(r.get(c), k, baselines)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     more = f"<p class=muted>{len(df) - limit} more rows in the JSON summary.</p>" \
         if limit is not None and len(df) > limit else ""
@@ -104,11 +106,10 @@ def degradation(a: Analysis) -> str:
         models = [m for m in sorted(set(a.drops["model"])) if m != ALL_MODELS]
         if len(models) > 1:
             out.append("<div class=grid>" + "".join(
-                f"<div>{heatmap_for(a, m, suite, title=m + (' (baseline)' if is_baseline(m) else ''))}</div>"
+                f"<div>{heatmap_for(a, m, suite, title=m + (' (baseline)' if m in baselines(a) else ''))}</div>"
                 for m in models) + "</div>")
         out.append("<details><summary>every level, every model</summary>" + table(
-            a.drops[a.drops["suite"] == suite],
-            [("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
+            a.drops[a.drops["suite"] == suite], baselines=baselines(a), cols=[("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
              ("clean C", "clean", "f3"), ("perturbed P", "perturbed", "f3"), ("D", "relative_drop", "pct"),
              ("95% CI", "ci", "pct"), ("episodes", "n_perturbed", "i")]) + "</details>")
     return "".join(out)
@@ -116,8 +117,7 @@ def degradation(a: Analysis) -> str:
 
 def marginal(a: Analysis) -> str:
     return ("<p>Mean paired drop s<sub>clean</sub> − s<sub>perturbed</sub> over the families sharing a target "
-            "(type); relative = that / mean clean reward of the same pairs.</p>" + table(
-                a.marginal, [("model", "model", "model"), ("suite", "suite", "s"), ("factor", "factor", "s"),
+            "(type); relative = that / mean clean reward of the same pairs.</p>" + table(a.marginal, baselines=baselines(a), cols=[("model", "model", "model"), ("suite", "suite", "s"), ("factor", "factor", "s"),
                              ("level", "level", "s"), ("mean paired drop", "mean_paired_drop", "f3"),
                              ("relative", "relative", "pct"), ("pairs", "n_pairs", "i")]))
 
@@ -125,7 +125,7 @@ def marginal(a: Analysis) -> str:
 def paired(a: Analysis) -> str:
     return ("<p>Per family: exact McNemar test on pass/fail pairs (binary rewards) or Wilcoxon signed-rank test "
             "on reward differences (continuous rewards). harmful = pass→fail, beneficial = fail→pass.</p>"
-            + table(a.paired_tests, [("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
+            + table(a.paired_tests, baselines=baselines(a), cols=[("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
                                      ("test", "test", "s"), ("p", "p_value", "p"), ("pairs", "n_pairs", "i"),
                                      ("harmful", "harmful", "i"), ("beneficial", "beneficial", "i"),
                                      ("mean paired drop", "mean_paired_drop", "f3")]))
@@ -136,7 +136,7 @@ def malleability(a: Analysis) -> str:
                        ("harmful (of clean passes)", "harmful_rate", "rate"),
                        ("beneficial (of clean fails)", "beneficial_rate", "rate"),
                        ("mean |Δreward|", "mean_abs_delta", "f3")]
-    return (table(a.malleability, [("model", "model", "model"), ("suite", "suite", "s"), *cols])
+    return (table(a.malleability, baselines=baselines(a), cols=[("model", "model", "model"), ("suite", "suite", "s"), *cols])
             + "<h3>By family (all models)</h3>"
             + table(a.malleability_family, [("suite", "suite", "s"), ("family", "family", "s"), *cols]))
 
@@ -146,7 +146,7 @@ def compliance(a: Analysis) -> str:
                        ("bypass", "bypass_rate", "rate")]
     return ("<p>Compliance: the agent took the perturbation up (a canary in its actions, or it went on without "
             "the omitted fact). Bypass = 1 − compliance.</p>"
-            + table(a.compliance, [("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
+            + table(a.compliance, baselines=baselines(a), cols=[("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
                                    *cols])
             + "<h3>Per operator / inserted object (all models)</h3>"
             + table(a.compliance_operator, [("suite", "suite", "s"), ("family", "family", "s"),
@@ -187,7 +187,7 @@ def sensitivity(a: Analysis) -> str:
 
 
 def cost(a: Analysis) -> str:
-    rc = table(a.recovery_cost, [
+    rc = table(a.recovery_cost, baselines=baselines(a), cols=[
         ("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
         ("tokens/success clean", "tokens_per_success_clean", "f0"),
         ("tokens/success perturbed", "tokens_per_success_pert", "f0"),
@@ -195,7 +195,7 @@ def cost(a: Analysis) -> str:
         ("median perturbed", "median_tokens_per_success_pert", "f0"), ("extra tokens", "extra_tokens_pct", "pct"),
         ("successes/Mtok clean", "successes_per_mtok_clean", "f0"),
         ("successes/Mtok perturbed", "successes_per_mtok_pert", "f0"), ("change", "spm_change_pct", "pct")])
-    rr = table(a.rollout_ratios, [
+    rr = table(a.rollout_ratios, baselines=baselines(a), cols=[
         ("model", "model", "model"), ("suite", "suite", "s"), ("metric", "metric", "s"), ("pairs", "n_pairs", "i"),
         ("median ratio", "median", "f3"), ("Q1", "q1", "f3"), ("Q3", "q3", "f3"), ("mean", "mean", "f3"),
         ("SD", "sd", "f3"), ("signed-rank p", "p_value", "p")])

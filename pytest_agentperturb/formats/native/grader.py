@@ -1,4 +1,4 @@
-"""The native grader: declarative checks on the final environment state.
+"""The declarative grader of the native format: checks on the final environment state.
 
 ``grader.toml`` holds ``scoring`` (``binary``: reward 1 when every check
 holds, else 0; ``fraction``: the share of checks that hold) and a list of
@@ -12,28 +12,21 @@ holds, else 0; ``fraction``: the share of checks that hold) and a list of
 ``absent``      ``true``: nothing at the path
 
 or, instead of a path, ``answer_contains`` on the agent's final answer.
-The grader is part of the task and is never perturbed.
+The grader is part of the task and is never perturbed.  :class:`DeclarativeGrader`
+implements the :class:`~pytest_agentperturb.model.protocols.Grader` interface.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import TaskFormatError
-from .task import select
+from ...model.errors import TaskFormatError
+from ...model.protocols import GradeResult
+from ...model.task import select
 
 CONDITIONS = ("equals", "contains", "includes", "count", "absent")
-
-
-@dataclass(frozen=True)
-class GradeResult:
-    """The grader's verdict: reward in [0, 1] and one line per check."""
-
-    reward: float
-    checks: tuple[tuple[str, bool], ...]
 
 
 def validate_grader(path: Path, grader: Mapping[str, Any]) -> None:
@@ -85,3 +78,14 @@ def grade(grader: Mapping[str, Any], state: Mapping[str, Any], answer: str) -> G
     else:
         reward = 1.0 if all(ok for _, ok in results) else 0.0
     return GradeResult(reward, tuple(results))
+
+
+class DeclarativeGrader:
+    """The ``grader.toml`` checks of one task (they read the post state and the answer)."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = spec
+
+    def grade(self, pre_state: Any, post_state: Any, answer: str,
+              trajectory: Sequence[Mapping[str, Any]]) -> GradeResult:
+        return grade(self.spec, post_state, answer)

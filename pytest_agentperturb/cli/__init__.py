@@ -13,16 +13,16 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .errors import AgentPerturbError
+from ..model import __version__
+from ..model.errors import AgentPerturbError
 
 #: Modules contributing sub-commands (each defines ``add_commands``).
-COMMAND_MODULES: tuple[str, ...] = ("pytest_agentperturb.variants_io", "pytest_agentperturb.analysis_cli")
+COMMAND_MODULES: tuple[str, ...] = ("pytest_agentperturb.cli.variants", "pytest_agentperturb.cli.analysis")
 
 
 def _list_suites(args: argparse.Namespace) -> int:
     """Print the folder of each built-in suite (for ``pytest --agentperturb <folder>``)."""
-    from .task import shipped
+    from ..formats import shipped
 
     root = shipped("suites")
     for d in sorted(p for p in root.iterdir() if (p / "suite.toml").is_file()):

@@ -5,8 +5,8 @@ Per (task, family, seed) the generator model runs three prompt stages from
 *generate* returns the edit in the JSON output contract below, *verify*
 judges whether the edited surface really is of the family's type.  The edit
 is applied to the clean surfaces and must pass the same validity checks as
-rule-based variants (:func:`~.perturb.base.check_variant`, DESIGN.md
-section 2) plus canary checks.  A rejected candidate is regenerated with the
+rule-based variants (:meth:`~..perturb.engine.Engine.check_variant`,
+docs/design.md section 2) plus canary checks.  A rejected candidate is regenerated with the
 reasons as feedback, up to ``--agentperturb-generator-attempts``; then the
 rule operators take over (logged).  An accepted variant is cached on disk
 under a key made of the task digest, family, seed, generator model and the
@@ -22,7 +22,7 @@ Output contract of the *generate* stage (one JSON object)::
 
 Operations: user/procedure ``replace_text {find, replace}``,
 ``append_text {text}``; context ``replace_text``, ``insert_turns {at, turns}``,
-``remove_turn {index}``; tool (DESIGN.md names) ``replace_description {tool,
+``remove_turn {index}``; tool (the design's operator names) ``replace_description {tool,
 description[, argument]}``, ``replace_enum {tool, argument, enum}``,
 ``add_fake_tool {tool: {name, description, parameters}}``, ``remove_tool
 {tool}``, ``rename_tool {tool, new_name}``, ``remove_argument {tool, argument}``.
@@ -39,11 +39,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .concurrency import Batcher
-from .errors import VariantSkipped
-from .llm_options import LLMSettings
-from .records import Canary, Variant
-from .task import CLEAN, TARGETS, Surfaces, Task, Turn, family_parts, shipped
+from ..formats import shipped
+from ..model.errors import VariantSkipped
+from ..model.options import LLMSettings
+from ..model.records import Canary, Variant
+from ..model.task import CLEAN, TARGETS, Surfaces, Task, Turn, family_parts
+from ..perturb.engine import Engine, clean_variant, surface_diff
+from ..perturb.helpers import omitted_after
+from .batcher import Batcher
 
 log = logging.getLogger("pytest_agentperturb.generator")
 
@@ -217,9 +220,8 @@ def _tool_op(tools: list[dict[str, Any]], op: dict[str, Any]) -> list[dict[str, 
     return tools
 
 
-def build_variant(task: Task, family: str, seed: int, reply: dict[str, Any]) -> Variant:
-    """The variant a contract reply describes, checked by the rule-based validity checks."""
-    from .perturb.base import check_variant, surface_diff
+def build_variant(task: Task, family: str, seed: int, reply: dict[str, Any], engine: Engine) -> Variant:
+    """The variant a contract reply describes, checked by ``engine``'s validity checks."""
 
     target = family_parts(family)[0]
     surfaces = apply_edits(task.surfaces, target, reply.get("edits"))
@@ -239,8 +241,6 @@ def build_variant(task: Task, family: str, seed: int, reply: dict[str, Any]) -> 
         raise Rejected("'recovery' must be a list of fact ids")
     # The oracle knows every true value, so rule 4 alone cannot see a fact made unrecoverable:
     # every corrupted or no-longer-stated fact must be in the recovery annotation.
-    from .perturb.text_ops import omitted_after
-
     typ = family_parts(family)[1]
     need = {c.fact for c in canaries if c.kind == "value" and c.fact} if typ == "incorrect" else set()
     if typ == "missing":
@@ -252,7 +252,7 @@ def build_variant(task: Task, family: str, seed: int, reply: dict[str, Any]) -> 
     v = Variant(task=task.key, family=family, operator=f"llm:{op_id}", seed=seed, surfaces=surfaces,
                 canaries=tuple(canaries), recovery=tuple(dict.fromkeys(recovery)), note=str(reply.get("note", ""))[:300])
     v = replace(v, diff=surface_diff(task, target, surfaces))
-    problems = check_variant(task, v)
+    problems = engine.check_variant(task, v)
     if problems:
         raise Rejected("; ".join(problems))
     return v
@@ -285,8 +285,10 @@ def _from_json(task: Task, d: dict[str, Any]) -> Variant:
 class Generator:
     """Writes, validates and caches LLM variants for one generator model."""
 
-    def __init__(self, settings: LLMSettings, prompts: Path = PROMPTS, batcher: Batcher | None = None) -> None:
+    def __init__(self, settings: LLMSettings, engine: Engine, prompts: Path = PROMPTS,
+                 batcher: Batcher | None = None) -> None:
         self.settings = settings
+        self.engine = engine
         self._own_batcher = batcher is None
         self.batcher = batcher or Batcher(1)
         self.model = settings.generator
@@ -302,7 +304,7 @@ class Generator:
 
     def ask(self, stage: str, values: dict[str, str]) -> dict[str, Any]:
         """One model call for ``stage``; the parsed JSON reply (:class:`Rejected` if it is not JSON)."""
-        from .agents.litellm_agent import call_kwargs, import_litellm, with_retries
+        from ..agents.litellm_agent import call_kwargs, import_litellm, with_retries
 
         prompt = render(stage, values, self.prompts)
         kw = call_kwargs(self.model, self.settings)
@@ -324,15 +326,12 @@ class Generator:
 
     def make_variant(self, task: Task, family: str, seed: int) -> Variant:
         """Cached LLM variant; regenerated on rejection; rule operators when every candidate fails."""
-        from .perturb.base import check_variant, clean_variant
-        from .perturb.base import make_variant as rule_variant
-
         if family == CLEAN:
             return clean_variant(task)
         path = self.cache_path(task, family, seed)
         if path.is_file():
             v = _from_json(task, json.loads(path.read_text(encoding="utf-8")))
-            if not check_variant(task, v):
+            if not self.engine.check_variant(task, v):
                 return v
             log.warning("%s: cached variant no longer valid; regenerating", path)
         target, typ = family_parts(family)
@@ -343,7 +342,7 @@ class Generator:
             try:
                 choice = self.ask("select", values)
                 values["choice"] = json.dumps(choice, ensure_ascii=False)
-                v = build_variant(task, family, seed, self.ask("generate", values))
+                v = build_variant(task, family, seed, self.ask("generate", values), self.engine)
                 verdict = self.ask("verify", {**values, "clean": values[target], "diff": v.diff})
                 if verdict.get("valid") is not True:
                     raise Rejected(f"verifier: {str(verdict.get('reason', 'no reason given'))[:200]}")
@@ -357,7 +356,7 @@ class Generator:
             return v
         log.warning("%s [%s]: generator %s gave no valid variant (%s); using the rule operators",
                     task.key, family, self.model, " | ".join(reasons)[:500])
-        return rule_variant(task, family, seed)
+        return self.engine.make_variant(task, family, seed)
 
 
 __all__ = ["Generator", "Rejected", "apply_edits", "build_variant", "parse_json", "render", "TARGETS"]

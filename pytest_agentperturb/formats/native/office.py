@@ -1,108 +1,25 @@
-"""The simulated office: tool implementations by true name, over a JSON state.
+"""The simulated office: the built-in suites' tools, by true name, over a JSON state.
 
 Every built-in task's environment is a JSON document with collections such as
 ``calendar.events``, ``mail.inbox``/``mail.outbox``, ``files``, ``tickets``,
-``contacts`` and ``expenses``.  Each tool here is registered under its true
-name with its true argument schema.  Perturbations edit only what the agent is
-*told* (the tool surface); the backend never changes (DESIGN.md section 1),
-so a call to an advertised-but-unregistered name, a missing required
-argument or a value outside the true enum returns an error observation.
+``contacts`` and ``expenses``.  Each tool here is registered in :data:`OFFICE`
+under its true name with its true argument schema.  Perturbations edit only
+what the agent is *told* (the tool surface); the backend never changes
+(docs/design.md section 1), so a call to an advertised-but-unregistered
+name, a missing required argument or a value outside the true enum returns
+an error observation.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ToolError
+from ...model.errors import ToolError
+from ..python import Param, Toolkit
 
-
-@dataclass(frozen=True)
-class Param:
-    """One argument of a tool's true schema."""
-
-    type: str = "string"
-    description: str = ""
-    required: bool = True
-    enum: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class ToolDef:
-    """A backend tool: true name, description, schema and implementation."""
-
-    name: str
-    description: str
-    params: Mapping[str, Param]
-    fn: Callable[..., Any] = field(repr=False)
-
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI-style function schema a clean tool surface advertises."""
-        props: dict[str, Any] = {}
-        for pname, p in self.params.items():
-            prop: dict[str, Any] = {"type": p.type, "description": p.description}
-            if p.enum:
-                prop["enum"] = list(p.enum)
-            props[pname] = prop
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": {
-                    "type": "object",
-                    "properties": props,
-                    "required": [n for n, p in self.params.items() if p.required],
-                },
-            },
-        }
-
-
-TOOLKIT: dict[str, ToolDef] = {}
-
-
-def tool(name: str, description: str, /, **params: Param) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a backend tool under its true name."""
-
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        TOOLKIT[name] = ToolDef(name, description, params, fn)
-        return fn
-
-    return deco
-
-
-class Environment:
-    """A private, mutable copy of a task's initial state plus its tools."""
-
-    def __init__(self, initial: Mapping[str, Any], tools: tuple[str, ...]) -> None:
-        self.state: dict[str, Any] = copy.deepcopy(dict(initial))
-        self.tools = tools
-
-    def call(self, name: str, args: Any) -> Any:
-        """Execute a tool by true name; raise :class:`ToolError` on a bad call."""
-        if name not in self.tools or name not in TOOLKIT:
-            raise ToolError(f"unknown tool '{name}': no such function is registered")
-        if not isinstance(args, dict):
-            raise ToolError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
-        spec = TOOLKIT[name]
-        for pname, p in spec.params.items():
-            if p.required and pname not in args:
-                raise ToolError(f"{name}: missing required argument '{pname}'")
-            if pname in args and p.enum and args[pname] not in p.enum:
-                raise ToolError(f"{name}: invalid value {args[pname]!r} for '{pname}'; "
-                                f"expected one of {', '.join(p.enum)}")
-        extra = sorted(set(args) - set(spec.params))
-        if extra:
-            raise ToolError(f"{name}: unexpected argument(s) {', '.join(extra)}")
-        return spec.fn(self.state, **args)
-
-
-def observation(result: Any) -> str:
-    """Canonical text of a tool result, as the agent receives it."""
-    return json.dumps(result, sort_keys=True, ensure_ascii=False)
+#: The office backend: every built-in tool by true name.
+OFFICE = Toolkit()
+tool = OFFICE.tool
 
 
 def _coll(state: dict[str, Any], *path: str) -> list[dict[str, Any]]:

@@ -19,10 +19,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .records import COLUMNS, EpisodeRecord, Variant
+from ..model.records import STORE_COLUMNS, EpisodeRecord, Variant
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the agent's baseline flag
 _TYPES = {
+    "baseline": "INTEGER",
     "seed": "INTEGER", "reward": "REAL", "success": "INTEGER", "compliance": "INTEGER",
     "input_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
     "cost_usd": "REAL", "tool_calls": "INTEGER", "turns": "INTEGER", "wall_s": "REAL",
@@ -43,14 +44,18 @@ class Store:
         self._create()
 
     def _create(self) -> None:
-        cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in COLUMNS)
+        cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in STORE_COLUMNS)
         with self._tx():
             self._conn.execute(
                 f"CREATE TABLE IF NOT EXISTS episodes ({cols}, variant_digest TEXT, recorded_at REAL, "
                 f"PRIMARY KEY ({', '.join(KEY)}))"
             )
+            have = {r[1] for r in self._conn.execute("PRAGMA table_info(episodes)")}
+            if "baseline" not in have:  # a version-1 store: the flag follows the built-in baselines' names
+                self._conn.execute("ALTER TABLE episodes ADD COLUMN baseline INTEGER")
+                self._conn.execute("UPDATE episodes SET baseline = (model LIKE 'reference/%')")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, created REAL, config TEXT)"
             )
@@ -81,8 +86,8 @@ class Store:
     def put(self, rec: EpisodeRecord, variant_digest: str = "", variant: Variant | None = None) -> None:
         """Insert or replace one episode, committed at once (with its variant's diff and canaries)."""
         row = rec.to_row()
-        names = [*COLUMNS, "variant_digest", "recorded_at"]
-        vals = [row[c] for c in COLUMNS] + [variant_digest, time.time()]
+        names = [*STORE_COLUMNS, "variant_digest", "recorded_at"]
+        vals = [row[c] for c in STORE_COLUMNS] + [variant_digest, time.time()]
         with self._tx():
             self._conn.execute(
                 f"INSERT OR REPLACE INTO episodes ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
@@ -97,30 +102,30 @@ class Store:
         """A recorded, error-free episode of that key and variant, if any."""
         q = " AND ".join(f"{k} = ?" for k in KEY)
         cur = self._conn.execute(
-            f"SELECT {', '.join(COLUMNS)} FROM episodes WHERE {q} AND variant_digest = ? "
+            f"SELECT {', '.join(STORE_COLUMNS)} FROM episodes WHERE {q} AND variant_digest = ? "
             "AND (error IS NULL OR error = '')",
             (*key, variant_digest),
         )
         row = cur.fetchone()
-        return EpisodeRecord.from_row(dict(zip(COLUMNS, row))) if row else None
+        return EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, row))) if row else None
 
     def episodes(self, run_id: str | None = None) -> Iterator[EpisodeRecord]:
         """All episodes (of one run), in key order."""
         where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
         cur = self._conn.execute(
-            f"SELECT {', '.join(COLUMNS)} FROM episodes {where} ORDER BY {', '.join(KEY)}", args
+            f"SELECT {', '.join(STORE_COLUMNS)} FROM episodes {where} ORDER BY {', '.join(KEY)}", args
         )
         for row in cur:
-            yield EpisodeRecord.from_row(dict(zip(COLUMNS, row)))
+            yield EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, row)))
 
     def rows(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Episode rows (of one run) joined with their variant's ``diff`` and ``canaries`` (JSON text)."""
         where, args = ("WHERE e.run_id = ?", (run_id,)) if run_id else ("", ())
         cur = self._conn.execute(
-            f"SELECT {', '.join('e.' + c for c in COLUMNS)}, e.variant_digest, v.diff, v.canaries "
+            f"SELECT {', '.join('e.' + c for c in STORE_COLUMNS)}, e.variant_digest, v.diff, v.canaries "
             f"FROM episodes e LEFT JOIN variants v ON v.variant_digest = e.variant_digest {where} "
             f"ORDER BY {', '.join('e.' + k for k in KEY)}", args)
-        names = [*COLUMNS, "variant_digest", "diff", "canaries"]
+        names = [*STORE_COLUMNS, "variant_digest", "diff", "canaries"]
         return [dict(zip(names, r)) for r in cur]
 
     def runs(self) -> list[str]:

@@ -2,7 +2,8 @@
 
 Every episode becomes one :class:`EpisodeRecord`; the store's ``episodes``
 table, the CSV export and the ``analyze`` input all use :data:`COLUMNS`
-(DESIGN.md section 3).  ERROR is an outcome of its own, never a FAIL.
+(docs/design.md, "Episodes and outcomes"), plus the agent's ``baseline``
+flag.  ERROR is an outcome of its own, never a FAIL.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .task import CLEAN, Surfaces, family_parts
+from .vocab import CLEAN, Surfaces, family_parts
 
-#: Column order of the ``episodes`` table (DESIGN.md section 3).
+#: Column order of the ``episodes`` table (docs/design.md, "Episodes and outcomes").
 COLUMNS: tuple[str, ...] = (
     "run_id", "model", "suite", "task", "family", "target", "type", "operator", "seed",
     "reward", "success", "compliance", "input_tokens", "output_tokens", "reasoning_tokens",
     "cost_usd", "tool_calls", "turns", "wall_s", "error", "awareness", "behaviour", "trajectory",
 )
+#: Every stored column: :data:`COLUMNS`, then whether the agent is a baseline
+#: (an offline reference agent: reported, never pooled with real models).
+STORE_COLUMNS: tuple[str, ...] = (*COLUMNS, "baseline")
 
 
 class Outcome(str, enum.Enum):
@@ -66,7 +70,7 @@ class Variant:
     """One instance of a task: the clean one or a perturbed one.
 
     ``recovery`` lists the fact ids the user simulator hands back on request
-    (DESIGN.md section 2, rule 4).  ``injections`` filter tool observations
+    (docs/design.md, "Validity", rule 4).  ``injections`` filter tool observations
     (the inserted-injection object); clean and most variants have none.
     """
 
@@ -127,6 +131,7 @@ class EpisodeRecord:
     awareness: str = ""
     behaviour: str = ""
     trajectory: list[dict[str, Any]] = field(default_factory=list)
+    baseline: bool = False
 
     @property
     def outcome(self) -> Outcome:
@@ -140,10 +145,10 @@ class EpisodeRecord:
         return (self.run_id, self.model, self.suite, self.task, self.family, self.seed)
 
     def to_row(self) -> dict[str, Any]:
-        """Column -> value, trajectory as JSON text, in :data:`COLUMNS` order."""
+        """Column -> value, trajectory as JSON text, in :data:`STORE_COLUMNS` order."""
         d = asdict(self)
         d["trajectory"] = json.dumps(self.trajectory, ensure_ascii=False, sort_keys=True)
-        return {c: d[c] for c in COLUMNS}
+        return {c: d[c] for c in STORE_COLUMNS}
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EpisodeRecord:
@@ -152,6 +157,7 @@ class EpisodeRecord:
         for b in ("success", "compliance"):
             if d.get(b) is not None:
                 d[b] = bool(d[b])
+        d["baseline"] = bool(d.get("baseline") or False)
         traj = d.get("trajectory")
         d["trajectory"] = json.loads(traj) if isinstance(traj, str) and traj else (traj or [])
         for k in ("error", "awareness", "behaviour"):

@@ -1,24 +1,29 @@
-"""Run one episode and score it with the task's own grader (DESIGN.md section 3).
+"""Run one episode and score it with the task's own grader (docs/design.md section 3).
 
-:func:`run_episode` builds a fresh environment and user simulator, lets the
-agent play, grades the final state, classifies compliance/bypass from the
-variant's canaries and returns an :class:`EpisodeRecord`.  An exception from
-the harness or the model provider is recorded as an error with its class,
-never as a reward of 0.
+:func:`run_episode` asks the task for a fresh environment, snapshots its
+pre state, lets the agent play, snapshots the post state, grades with the
+task's grader, classifies compliance/bypass from the variant's canaries and
+returns an :class:`EpisodeRecord`.  An exception from the harness, the model
+provider or the grader is recorded as an error with its class, never as a
+reward of 0.  :func:`oracle_runner` plays the reference oracle for the
+perturbation engine's validity checks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from typing import Any
 
-from .agents.base import ASK_USER, Agent, EpisodeContext, UserSimulator
-from .grader import grade
-from .office import Environment
-from .records import EpisodeRecord, Variant
-from .task import Task
+from ..model.context import ASK_USER, EpisodeContext
+from ..model.context import Agent
+from ..model.protocols import Simulator
+from ..model.records import EpisodeRecord, Variant
+from ..model.task import Task
+from ..perturb.engine import Engine, OracleResult, Registry
+from .simulator import UserSimulator
 
 
 def _actions_text(ctx: EpisodeContext) -> str:
@@ -38,7 +43,7 @@ def _actions_text(ctx: EpisodeContext) -> str:
 def classify_compliance(variant: Variant, ctx: EpisodeContext) -> bool | None:
     """True (compliance) when the agent took the perturbation up, else False (bypass).
 
-    Per DESIGN.md section 3: a canary (planted value, fake tool name,
+    Per docs/design.md section 3: a canary (planted value, fake tool name,
     distractor text, injected goal) in the agent's tool calls or final
     answer; for an inverted rule, dropping the true value without asking;
     for ``missing`` families, going on without asking for or finding
@@ -81,15 +86,22 @@ async def run_episode(
     run_id: str,
     seed: int,
     timeout_s: float = 1800.0,
+    simulator: Simulator | None = None,
 ) -> EpisodeRecord:
-    """Play and score one episode; never raises for agent or provider errors."""
-    env = Environment(task.environment, task.tools)
-    ctx = EpisodeContext(task=task, variant=variant, env=env,
-                         simulator=UserSimulator(task, variant.recovery))
+    """Play and score one episode; never raises for agent, provider or grader errors."""
     rec = EpisodeRecord(
         run_id=run_id, model=agent.name, suite=task.suite, task=task.id, family=variant.family,
         target=variant.target, type=variant.type, operator=variant.operator, seed=seed,
+        baseline=bool(getattr(agent, "baseline", False)),
     )
+    try:
+        env = task.environment(variant.injections)
+        pre = env.snapshot()
+    except Exception as exc:  # the adapter's environment factory failed: not the agent's doing
+        rec.error = f"EnvironmentError: {type(exc).__name__}: {exc}"[:500]
+        return rec
+    ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed,
+                         simulator=simulator or UserSimulator(task, variant.recovery))
     t0 = time.perf_counter()
     try:
         await asyncio.wait_for(agent.run(ctx), timeout=timeout_s)
@@ -97,15 +109,24 @@ async def run_episode(
         rec.error = f"EpisodeTimeout: no answer within {timeout_s:g} s"
     except Exception as exc:  # harness or provider failure: an ERROR, never a FAIL
         rec.error = f"{type(exc).__name__}: {exc}"[:500]
+    finally:
+        ctx.cancelled = True  # a blocking agent still running in its thread stops at its next call
     rec.wall_s = round(time.perf_counter() - t0, 4)
     rec.input_tokens, rec.output_tokens = ctx.input_tokens, ctx.output_tokens
     rec.reasoning_tokens, rec.cost_usd = ctx.reasoning_tokens, ctx.cost_usd
     rec.tool_calls, rec.turns = ctx.tool_calls, ctx.turns
     rec.trajectory = ctx.trajectory
     if not rec.error:
-        result = grade(task.grader, env.state, ctx.answer)
-        rec.reward = result.reward
-        rec.success = result.reward >= task.threshold
+        try:
+            result = task.grader.grade(pre, env.snapshot(), ctx.answer, ctx.trajectory)
+            if not (isinstance(result.reward, (int, float)) and math.isfinite(result.reward)
+                    and 0.0 <= result.reward <= 1.0):
+                raise ValueError(f"reward {result.reward!r} is not a number in [0, 1]")
+        except Exception as exc:  # a broken grader is an infrastructure error, not an agent failure
+            rec.error = f"GraderError: {type(exc).__name__}: {exc}"[:500]
+            return rec
+        rec.reward = float(result.reward)
+        rec.success = rec.reward >= task.threshold
         rec.compliance = classify_compliance(variant, ctx)
         rec.trajectory.append({"role": "grader", "checks": [[c, ok] for c, ok in result.checks],
                                "recovery_turns": ctx.recovery_turns})
@@ -120,3 +141,23 @@ def recovery_turns(trajectory: list[dict[str, Any]]) -> int:
 def run_episode_sync(task: Task, variant: Variant, agent: Agent, **kw: Any) -> EpisodeRecord:
     """:func:`run_episode` for callers outside an event loop."""
     return asyncio.run(run_episode(task, variant, agent, **kw))
+
+
+def oracle_runner() -> Any:
+    """The perturbation engine's oracle runner: the reference oracle on one instance."""
+    from ..agents.reference import OracleAgent
+
+    oracle = OracleAgent()
+
+    def run(task: Task, variant: Variant) -> OracleResult:
+        rec = run_episode_sync(task, variant, oracle, run_id="validity", seed=variant.seed)
+        return OracleResult(rec.reward, rec.trajectory, rec.error)
+
+    return run
+
+
+def make_engine(registry: Registry | None = None) -> Engine:
+    """An engine with the built-in operators (or ``registry``) and the reference oracle."""
+    from ..perturb import builtin_registry
+
+    return Engine(registry if registry is not None else builtin_registry(), oracle_runner())

@@ -1,11 +1,12 @@
 """The HTML report: one self-contained file, every string escaped, no script, no network.
 
-Top of the page, for a release manager: the gate verdict, the per-model
-table with bootstrap intervals, the 4x3 target-by-type heatmap.  Below, one
-section per metric of DESIGN.md section 4 (:mod:`.report_sections`), then a
-per-episode drill-down: the clean and perturbed trajectories side by side,
-the diff of the edited surface and the canaries highlighted.  Reference
-agents are labelled as baselines.
+:func:`render_page` renders an analysis and a gate verdict it is given (it
+decides nothing).  Top of the page, for a release manager: the gate
+verdict, the per-model table with bootstrap intervals, the 4x3
+target-by-type heatmap.  Below, one section per metric of docs/design.md
+section 4 (:mod:`.sections`), then a per-episode drill-down: the clean and
+perturbed trajectories side by side (images included), the diff of the
+edited surface and the canaries highlighted.  Baselines are labelled as such.
 """
 
 from __future__ import annotations
@@ -18,18 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import report_sections as rs
+from ..model.protocols import IMAGE_TYPES
+from ..model.task import CLEAN
+from . import sections as rs
 from .svg import esc
-from .task import CLEAN
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .analysis import Analysis
-    from .gate import Thresholds, Verdict
-
-BASELINE_PREFIX = rs.BASELINE_PREFIX
-is_baseline = rs.is_baseline
+    from ..analysis import Analysis
+    from ..gate import Verdict
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1em 2em;color:#222;max-width:1280px;font-size:14px}
@@ -46,16 +45,8 @@ pre{white-space:pre-wrap;background:#f8f8f8;padding:.4em;margin:.2em 0;max-heigh
 ol.traj li{margin:.1em 0;word-break:break-word}.call{color:#124}.obs{color:#555}.err{color:#a11}
 .final{font-weight:600}mark{background:#ffd54f}.add{color:#186a2c}.del{color:#a11}.hunk{color:#777}
 .pass{color:#186a2c}.fail{color:#a11}details{margin:.15em 0}nav a{margin-right:.8em}
+img.obsimg{max-width:100%;border:1px solid #ccc;margin:.2em 0}
 """
-
-
-@dataclass
-class Report:
-    """A rendered report with the analysis and the gate verdict behind it."""
-
-    html: str
-    analysis: Analysis | None
-    verdict: Verdict
 
 
 def episode_anchor(row: Mapping[str, Any]) -> str:
@@ -73,8 +64,8 @@ def episode_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Normalised episode table from record rows (extra keys such as ``diff`` and ``canaries`` kept)."""
     import pandas as pd
 
-    from .analysis import normalise
-    from .records import COLUMNS
+    from ..analysis import normalise
+    from ..model.records import STORE_COLUMNS as COLUMNS
 
     df = pd.DataFrame([dict(r) for r in rows]) if rows else pd.DataFrame(columns=list(COLUMNS))
     return normalise(df)
@@ -92,27 +83,14 @@ def task_properties_of(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame | None
     return pd.DataFrame(list(seen.values())) if seen else None
 
 
-def build(rows: Sequence[Mapping[str, Any]], *, settings: Any = None, thresholds: Thresholds | None = None,
-          skipped: Sequence[tuple[str, str]] = (), capability: pd.DataFrame | None = None,
-          task_properties: pd.DataFrame | None = None, manual_labels: pd.DataFrame | None = None,
-          extra_sections: Sequence[tuple[str, str]] = (), replicates: int | None = None,
-          permutations: int | None = None, seed: int = 0, table: pd.DataFrame | None = None) -> Report:
-    """Analyse ``rows`` (or a ready ``table``), judge the gate, and render the page."""
-    from .analysis import analyze
-    from .analysis.stats import N_BOOTSTRAP, N_PERMUTATIONS
-    from .gate import Thresholds, Verdict, evaluate
+def analyse(table: pd.DataFrame, rows: Sequence[Mapping[str, Any]] = (), *,
+            task_properties: pd.DataFrame | None = None, **kw: Any) -> Analysis | None:
+    """The analysis of an episode table (None when it is empty); task properties from ``rows`` if not given."""
+    from ..analysis import analyze
 
-    th = thresholds or Thresholds()
-    df = table if table is not None else episode_table(rows)
     if task_properties is None and rows:
         task_properties = task_properties_of(rows)
-    analysis = analyze(df, capability=capability, task_properties=task_properties, manual_labels=manual_labels,
-                       replicates=replicates or N_BOOTSTRAP, permutations=permutations or N_PERMUTATIONS,
-                       seed=seed) if len(df) else None
-    verdict = evaluate(th, analysis.drops, analysis.episodes) if analysis is not None else Verdict(th)
-    html = render_page(analysis, verdict, settings=settings, skipped=skipped, extra_sections=extra_sections,
-                       has_capability=capability is not None, n_rows=len(df))
-    return Report(html, analysis, verdict)
+    return analyze(table, task_properties=task_properties, **kw) if len(table) else None
 
 
 def _gate_box(v: Verdict) -> str:
@@ -141,8 +119,9 @@ def _model_table(a: Analysis) -> str:
         r["harmful_rate"] = float(mal.loc[k, "harmful_rate"]) if mal is not None and k in mal.index else None
         r["bypass_rate"] = bypass.get(k)
         rows.append(r)
-    rows.sort(key=lambda r: (r["suite"], r["model"] == rs.ALL_MODELS, rs.is_baseline(r["model"]), r["model"]))
-    return rs.table(pd.DataFrame(rows), [
+    base = rs.baselines(a)
+    rows.sort(key=lambda r: (r["suite"], r["model"] == rs.ALL_MODELS, r["model"] in base, r["model"]))
+    return rs.table(pd.DataFrame(rows), baselines=base, cols=[
         ("model", "model", "model"), ("suite", "suite", "s"), ("clean C", "clean", "f3"),
         ("perturbed P", "perturbed", "f3"), ("relative drop D", "relative_drop", "pct"), ("95% CI", "ci", "pct"),
         ("harmful flips", "harmful_rate", "rate"), ("bypass", "bypass_rate", "rate"),
@@ -151,8 +130,12 @@ def _model_table(a: Analysis) -> str:
 
 def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
                 skipped: Sequence[tuple[str, str]] = (), extra_sections: Sequence[tuple[str, str]] = (),
-                has_capability: bool = False, n_rows: int = 0) -> str:
-    """The page as a string (deterministic for the same inputs)."""
+                has_capability: bool = False, n_rows: int = 0, notes: Sequence[str] = ()) -> str:
+    """The page for an analysis and the gate's verdict on it (deterministic for the same inputs).
+
+    ``notes`` are lines shown under the title (e.g. what an adapter says
+    about its tasks); ``skipped`` lists (item, reason) of skipped variants.
+    """
     out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
            f"<title>agentperturb report</title><style>{_CSS}</style></head><body>",
@@ -160,6 +143,7 @@ def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
     run = f"run <code>{esc(settings.run_id)}</code>, seed {esc(settings.seed)}, " if settings is not None else ""
     out.append(f"<p class=muted>{run}{n_rows} episodes. Reference agents are "
                "<span class='tag baseline'>baseline</span>s, not model results.</p>")
+    out += [f"<p class=muted>{esc(n)}</p>" for n in notes]
     out.append(_gate_box(verdict))
     if a is None:
         out.append("<p>No episodes.</p></body></html>\n")
@@ -181,7 +165,7 @@ def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
         out.append(f"<h2 id='skipped'>Skipped variants ({len(skipped)})</h2><ul>")
         out += [f"<li><code>{esc(n)}</code>: {esc(reason)}</li>" for n, reason in skipped]
         out.append("</ul>")
-    out.append(_episodes(a.episodes))
+    out.append(_episodes(a.episodes, rs.baselines(a)))
     out.append("</body></html>\n")
     return "".join(out)
 
@@ -228,7 +212,9 @@ def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
                          f"{highlight(str(e.get('content', '')), canaries)}</li>")
         elif role == "tool":
             c = str(e.get("content", ""))
-            items.append(f"<li class={'err' if c.startswith('ERROR') else 'obs'}>← {highlight(c, canaries)}</li>")
+            imgs = "".join(image_html(p) for p in (e.get("parts") or []) if isinstance(p, Mapping))
+            items.append(f"<li class={'err' if c.startswith('ERROR') else 'obs'}>← {highlight(c, canaries)}"
+                         f"{imgs}</li>")
         elif role == "grader":
             checks = e.get("checks") or []
             items.append("<li class=obs>grader: " + "; ".join(
@@ -237,6 +223,20 @@ def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
         else:
             items.append(f"<li class=obs>{esc(role)}: {highlight(str(e.get('content', '')), canaries)}</li>")
     return f"<ol class=traj>{''.join(items)}</ol>" if items else "<p class=muted>no trajectory recorded</p>"
+
+
+def image_html(part: Mapping[str, Any]) -> str:
+    """An image part of an observation as an inline ``<img>`` (data URL); other parts render nothing.
+
+    Only the media types of :data:`IMAGE_TYPES` are embedded and only
+    base64 text reaches the attribute, so the markup stays inert.
+    """
+    if part.get("type") != "image" or part.get("mime_type") not in IMAGE_TYPES:
+        return ""
+    data = str(part.get("data", ""))
+    if not re.fullmatch(r"[A-Za-z0-9+/=]*", data):
+        return ""
+    return f"<br><img class=obsimg alt='image observation' src='data:{part['mime_type']};base64,{data}'>"
 
 
 def diff_html(diff: str) -> str:
@@ -257,7 +257,7 @@ def _verdict(r: Mapping[str, Any]) -> tuple[str, str]:
     return ("pass", "pass") if r.get("success") else ("fail", "fail")
 
 
-def _episodes(df: pd.DataFrame) -> str:
+def _episodes(df: pd.DataFrame, baselines: frozenset[str]) -> str:
     rows = df.to_dict("records")
     clean = {(r["run_id"], r["model"], r["suite"], r["task"]): r for r in rows if r["family"] == CLEAN}
     out = ["<h2 id='episodes'>Episodes</h2><p class=muted>Each perturbed episode shows the diff of the edited "
@@ -265,7 +265,7 @@ def _episodes(df: pd.DataFrame) -> str:
            "side.</p>"]
     for model in sorted({r["model"] for r in rows}):
         mine = [r for r in rows if r["model"] == model]
-        tag = " (baseline)" if rs.is_baseline(model) else ""
+        tag = " (baseline)" if model in baselines else ""
         out.append(f"<details><summary><b>{esc(model)}{esc(tag)}</b> — {len(mine)} episodes</summary>")
         for r in mine:
             word, cls = _verdict(r)
@@ -295,35 +295,9 @@ def _episodes(df: pd.DataFrame) -> str:
     return "".join(out)
 
 
-def row_extras(item: Any) -> dict[str, Any]:
-    """What the report needs beyond the episode columns: the variant's diff and canaries, task properties."""
-    from dataclasses import asdict
-
-    from .analysis.predictors import task_properties
-
-    v = item.variant
-    return {"diff": v.edit_text if v is not None else "",
-            "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
-            "task_properties": task_properties(item.task)}
-
-
-def write(path: Path | str, rows: Sequence[Mapping[str, Any]], **kw: Any) -> Report:
-    """Build the report and write it to ``path``."""
-    rep = build(rows, **kw)
+def write(path: Path | str, html: str) -> Path:
+    """Write a rendered page to ``path`` (parents created)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(rep.html, encoding="utf-8")
-    return rep
-
-
-def render(rows: Sequence[dict[str, Any]], settings: Any = None, skipped: Sequence[tuple[str, str]] = (),
-           extra_sections: Sequence[tuple[str, str]] = ()) -> str:
-    """The report page for ``rows`` (no gate thresholds)."""
-    return build(rows, settings=settings, skipped=skipped, extra_sections=extra_sections).html
-
-
-def write_report(path: Path, rows: Sequence[dict[str, Any]], settings: Any = None,
-                 skipped: Sequence[tuple[str, str]] = ()) -> Path:
-    """Render and write the report; returns its path."""
-    write(path, rows, settings=settings, skipped=skipped)
-    return Path(path)
+    p.write_text(html, encoding="utf-8")
+    return p

@@ -37,19 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .errors import AgentPerturbError, TaskFormatError, VariantSkipped
-from .records import Canary, Injection, Variant
-from .task import (
-    GRADER_FILES,
-    SURFACE_FILES,
-    TARGETS,
-    Task,
-    family_parts,
-    load_suite,
-    load_task,
-    parse_families,
-)
+from ..formats.native import GRADER_FILES, SURFACE_FILES, is_suite, load_suite, load_task
+from ..model import __version__
+from ..model.errors import AgentPerturbError, TaskFormatError, VariantSkipped
+from ..model.records import Canary, Injection, Variant
+from ..model.task import TARGETS, Task, family_parts, parse_families
+from ..perturb.engine import Engine, surface_diff
 
 log = logging.getLogger("agentperturb.variants")
 
@@ -82,6 +75,7 @@ def surface_file(task: Task, target: str) -> str:
 def _task_meta(task: Task) -> dict[str, Any]:
     import tomllib
 
+    assert task.path is not None, "only folder tasks are written back to disk"
     return tomllib.loads((task.path / "task.toml").read_text())
 
 
@@ -99,6 +93,7 @@ class GenerateResult:
 
 def write_variant(task: Task, variant: Variant, requested_seed: int, dest: Path) -> Path:
     """Write one variant folder (replacing an older one) and its manifest."""
+    assert task.path is not None, "only folder tasks are written back to disk"
     target = variant.target
     edited = surface_file(task, target) if not variant.injections else None
     if dest.exists():
@@ -136,13 +131,12 @@ def write_variant(task: Task, variant: Variant, requested_seed: int, dest: Path)
     return dest
 
 
-def generate(suite_path: Path, out: Path, families: Sequence[str], seed: int) -> GenerateResult:
+def generate(suite_path: Path, out: Path, families: Sequence[str], seed: int, engine: Engine) -> GenerateResult:
     """Generate every (task, family) variant of a suite under ``out/<suite>/``.
 
     A task that does not load, or a family that yields no valid variant for
     a task, is listed with its reason; every other variant is still written.
     """
-    from .perturb import make_variant
 
     suite = load_suite(suite_path)
     root = out / suite.name
@@ -158,7 +152,7 @@ def generate(suite_path: Path, out: Path, families: Sequence[str], seed: int) ->
             continue
         for family in families:
             try:
-                variant = make_variant(task, family, seed)
+                variant = engine.make_variant(task, family, seed)
             except VariantSkipped as exc:
                 result.skipped.append((task.id, family, str(exc)))
                 index["skipped"].append({"task": task.id, "family": family, "reason": str(exc)})
@@ -198,9 +192,8 @@ _REQUIRED = {"format": str, "family": str, "operator": str, "seed": int, "reques
              "clean_task": str, "sha256": dict, "clean_sha256": dict}
 
 
-def verify_variant(path: Path) -> list[str]:
+def verify_variant(path: Path, engine: Engine) -> list[str]:
     """Every breach of one variant folder (empty when it is valid)."""
-    from .perturb import check_variant, make_variant, surface_diff
 
     folder = path.parent
     where = folder.as_posix()
@@ -264,9 +257,9 @@ def verify_variant(path: Path) -> list[str]:
         problems.append(f"{label}: an injection variant changed surfaces {changed}")
     if surface_diff(clean, target, loaded.surfaces) != manifest["diff"]:
         problems.append(f"{label}: the recorded diff does not match the {target} surface on disk")
-    problems += [f"{label}: {p}" for p in check_variant(clean, variant)]
+    problems += [f"{label}: {p}" for p in engine.check_variant(clean, variant)]
     try:
-        again = make_variant(clean, manifest["family"], manifest["requested_seed"])
+        again = engine.make_variant(clean, manifest["family"], manifest["requested_seed"])
     except (VariantSkipped, ValueError) as exc:
         problems.append(f"{label}: the generator no longer produces this variant: {exc}")
     else:
@@ -278,12 +271,12 @@ def verify_variant(path: Path) -> list[str]:
     return problems
 
 
-def verify(folder: Path) -> tuple[int, list[str]]:
+def verify(folder: Path, engine: Engine) -> tuple[int, list[str]]:
     """(number of variants checked, every breach) for all manifests below ``folder``."""
     paths = list(manifests(folder))
     breaches: list[str] = []
     for p in paths:
-        breaches += verify_variant(p)
+        breaches += verify_variant(p, engine)
     return len(paths), breaches
 
 
@@ -291,17 +284,18 @@ def verify(folder: Path) -> tuple[int, list[str]]:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from .perturb.base import known_families
+    from ..run import make_engine
 
+    engine = make_engine()
     try:
-        families = parse_families(args.families) if args.families else list(known_families()[1:])
+        families = parse_families(args.families) if args.families else list(engine.registry.families()[1:])
     except ValueError as exc:
         raise AgentPerturbError(f"--families: {exc}") from None
     suite = Path(args.suite)
-    if not (suite / "suite.toml").is_file():
+    if not is_suite(suite):
         raise AgentPerturbError(f"{suite}: not a suite folder (no suite.toml); "
                                 "fix: point at a folder such as suites/workflows")
-    res = generate(suite, Path(args.out), [f for f in families if f != "clean"], args.seed)
+    res = generate(suite, Path(args.out), [f for f in families if f != "clean"], args.seed, engine)
     for err in res.errors:
         log.error("task not loaded: %s", err)
     for task, family, reason in res.skipped:
@@ -315,7 +309,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
     if not folder.is_dir():
         raise AgentPerturbError(f"{folder}: no such folder; fix: pass the --out folder of 'agentperturb generate'")
-    n, breaches = verify(folder)
+    from ..run import make_engine
+
+    n, breaches = verify(folder, make_engine())
     for b in breaches:
         sys.stdout.write(b + "\n")
     if n == 0:

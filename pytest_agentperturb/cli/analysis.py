@@ -4,8 +4,9 @@
 anything; ``analyze`` runs the full analysis on an episodes CSV (at least
 ``model, suite, task, family, reward``) and writes a JSON summary and/or the
 report; ``export`` writes the store's episode table as CSV or Parquet.  The
-gate thresholds, store and report defaults are the plugin's own definitions
-(:mod:`.gate`, :mod:`.options`); a breached threshold makes the exit status 1.
+gate thresholds, store and report defaults come from the plugin's one option
+table (:data:`~..model.options.OPTIONS`); a breached threshold makes the exit
+status 1.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import gate
-from .errors import AgentPerturbError, OptionError
-from .options import DEFAULT_REPORT, DEFAULT_STORE
+from .. import gate
+from ..model.errors import AgentPerturbError, OptionError
+from ..model.options import DEFAULT_REPORT, DEFAULT_STORE
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .report import Report
+    from ..analysis import Analysis
 
 log = logging.getLogger("agentperturb")
 FORMATS = ("csv", "parquet")
@@ -84,13 +85,12 @@ def _analysis_args(p: argparse.ArgumentParser) -> None:
 def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     import pandas as pd
 
-    from .analysis.labels import read_manual
-    from .analysis.predictors import read_capability, task_properties
+    from ..analysis.labels import read_manual
+    from ..analysis.predictors import read_capability, task_properties
 
     if args.replicates < 1 or args.permutations < 1:
         raise OptionError("--replicates and --permutations must be at least 1")
-    kw: dict[str, Any] = {"replicates": args.replicates, "permutations": args.permutations, "seed": args.seed,
-                          "thresholds": gate.from_args(args)}
+    kw: dict[str, Any] = {"replicates": args.replicates, "permutations": args.permutations, "seed": args.seed}
     if args.capability:
         kw["capability"] = read_capability(args.capability)
     if args.labels:
@@ -102,7 +102,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         except (OSError, ValueError) as exc:
             raise AgentPerturbError(f"{args.task_properties}: cannot read the task-properties CSV ({exc})") from None
     if args.suite:
-        from .task import load_suite, load_task
+        from ..formats.native import load_suite, load_task
 
         rows = []
         for d in args.suite:
@@ -117,7 +117,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
     from contextlib import closing
 
-    from .store import Store
+    from ..run.store import Store
 
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no results store here; run pytest --agentperturb first or pass --store PATH")
@@ -131,28 +131,41 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
         return s.rows(None if run_id in (None, "all") else run_id)
 
 
-def _finish(rep: Report) -> int:
-    for line in rep.verdict.lines():
+def _judge_and_render(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
+                      ) -> tuple[Analysis | None, gate.Verdict, str]:
+    """Analysis, gate verdict and report page: the same steps as the plugin's session end."""
+    from .. import report
+
+    thresholds = gate.from_args(args)
+    kw = _inputs(args)
+    analysis = report.analyse(table, rows, **kw)
+    verdict = gate.evaluate(thresholds, analysis)
+    html = report.render_page(analysis, verdict, skipped=(), has_capability="capability" in kw, n_rows=len(table))
+    return analysis, verdict, html
+
+
+def _finish(verdict: gate.Verdict) -> int:
+    for line in verdict.lines():
         log.info("%s", line)
-    return 1 if rep.verdict.failed else 0
+    return 1 if verdict.failed else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``agentperturb report``: analysis and HTML from the store."""
-    from .report import write
+    from .. import report
 
-    kw = _inputs(args)
     rows = _store_rows(args.store, args.run_id)
-    rep = write(args.out, rows, **kw)
+    _, verdict, html = _judge_and_render(report.episode_table(rows), rows, args)
+    report.write(args.out, html)
     log.info("report: %s (%d episodes)", args.out, len(rows))
-    return _finish(rep)
+    return _finish(verdict)
 
 
 def read_results(path: str, threshold: float = 1.0) -> pd.DataFrame:
     """An episodes CSV, normalised (see :func:`~.analysis.table.normalise`)."""
     import pandas as pd
 
-    from .analysis import normalise
+    from ..analysis import normalise
 
     try:
         df = pd.read_csv(path, dtype={c: str for c in ("run_id", "model", "suite", "task", "family", "operator",
@@ -165,28 +178,27 @@ def read_results(path: str, threshold: float = 1.0) -> pd.DataFrame:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """``agentperturb analyze``: JSON summary and/or HTML report from an episodes CSV."""
-    from .analysis import summary
-    from .report import build
+    from ..analysis import summary
 
     if not args.json_out and not args.out:
         raise OptionError("analyze: nothing to write; pass --json PATH and/or --out PATH")
     table = read_results(args.results, args.success_threshold)
-    kw = _inputs(args)
-    rep = build([], table=table, **kw)
+    analysis, verdict, html = _judge_and_render(table, [], args)
     if args.json_out:
-        doc = summary(rep.analysis) if rep.analysis is not None else {"degradation": [], "suite_average": [],
-                                                                       "predictors": []}
-        doc["gate"] = {"configured": rep.verdict.thresholds.configured, "failed": rep.verdict.failed,
-                       "lines": rep.verdict.lines()}
+        doc = summary(analysis) if analysis is not None else {"degradation": [], "suite_average": [],
+                                                              "predictors": []}
+        doc["gate"] = {"configured": verdict.thresholds.configured, "failed": verdict.failed,
+                       "lines": verdict.lines()}
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n",
                                        encoding="utf-8")
         log.info("summary: %s", args.json_out)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(rep.html, encoding="utf-8")
+        from .. import report
+
+        report.write(args.out, html)
         log.info("report: %s", args.out)
-    return _finish(rep)
+    return _finish(verdict)
 
 
 def parquet_engine() -> str | None:
@@ -198,10 +210,10 @@ def parquet_engine() -> str | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``agentperturb export``: the episode table (:data:`~.records.COLUMNS`) as CSV or Parquet."""
+    """``agentperturb export``: the episode table (:data:`~..model.records.STORE_COLUMNS`) as CSV or Parquet."""
     import pandas as pd
 
-    from .records import COLUMNS
+    from ..model.records import STORE_COLUMNS as COLUMNS
 
     engine = parquet_engine() if args.format == "parquet" else None
     if args.format == "parquet" and engine is None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from ..model.task import TARGETS, TYPES
 from . import options
-from .task import TARGETS, TYPES
 
 MARKERS = {
     "clean": "agentperturb: the unperturbed episode of a task",
@@ -39,23 +39,36 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from .session import SESSION_KEY, AgentPerturbSession
 
-    session = AgentPerturbSession(config, options.resolve(config))
+    settings, thresholds = options.resolve(config)
+    if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = []  # only the named suites: not the testpaths or the current folder
+    session = AgentPerturbSession(config, settings, thresholds)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "agentperturb-session")
 
 
 def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if not options.is_enabled(parent.config) or not (path / "suite.toml").is_file():
+    if not options.is_enabled(parent.config):
         return None
-    from .collect import SuiteDirectory
+    from .session import SESSION_KEY
 
-    return SuiteDirectory.from_parent(parent, path=path)
+    return parent.config.stash[SESSION_KEY].collect_directory(path, parent)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None, config: pytest.Config) -> Any:
+    """The built-in format: folders holding ``suite.toml``."""
+    if path is None:
+        return None
+    from ..formats.native import NativeSuiteAdapter, is_suite
+
+    return NativeSuiteAdapter(path) if is_suite(path) else None
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_agentperturb_make_agent(model: str, config: pytest.Config) -> Any:
-    from .agents import make_agent
-    from .errors import OptionError
+    from ..agents import make_agent
+    from ..model.errors import OptionError
     from .session import SESSION_KEY
 
     try:

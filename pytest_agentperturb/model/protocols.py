@@ -1,0 +1,179 @@
+"""The small interfaces of the episode (docs/design.md section 7, "Architecture").
+
+A benchmark enters through four interfaces: an :class:`Environment` runs tool
+calls by true name over a state that can be snapshotted, a :class:`Grader`
+turns (pre state, post state, final answer, trajectory) into a reward, a
+:class:`~.task.SuiteAdapter` turns a folder or a suite name into tasks, and
+an :class:`~.context.Agent` plays episodes.  What a tool returns reaches the agent as an
+:class:`Observation` of typed parts (text now, images as well), so a new
+kind of observation needs no redesign of the context, trajectory, store or
+report.
+
+Only the standard library is imported here: these are the types a user's
+module imports to write an adapter, a grader or an agent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Union, runtime_checkable
+
+#: Prefix of the text of an observation that reports a failed tool call.
+ERROR_PREFIX = "ERROR: "
+#: Image media types an observation may carry (anything else is refused).
+IMAGE_TYPES: tuple[str, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+# -- observations ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextPart:
+    """Text returned by a tool."""
+
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image returned by a tool (raw bytes; ``mime_type`` one of :data:`IMAGE_TYPES`).
+
+    ``layer`` is the image's text layer: what a perfect reader would see,
+    as ``(text, (x0, y0, x1, y1))`` boxes.  Offline reference agents read
+    it; model-backed agents only ever receive the pixels.
+    """
+
+    data: bytes = field(repr=False)
+    mime_type: str = "image/png"
+    layer: tuple[tuple[str, tuple[int, int, int, int]], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.mime_type not in IMAGE_TYPES:
+            raise ValueError(f"image part: unsupported media type {self.mime_type!r}; "
+                             f"expected one of {', '.join(IMAGE_TYPES)}")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "image", "mime_type": self.mime_type,
+                               "data": base64.b64encode(self.data).decode("ascii")}
+        if self.layer:
+            out["layer"] = [[t, list(box)] for t, box in self.layer]
+        return out
+
+
+Part = Union[TextPart, ImagePart]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the agent gets back from one tool call: typed parts, and whether it is an error."""
+
+    parts: tuple[Part, ...]
+    error: bool = False
+
+    @classmethod
+    def of(cls, result: Any) -> Observation:
+        """An environment's result as an observation.
+
+        An :class:`Observation`, a part or a sequence of parts is kept as
+        it is; any other value is JSON data and becomes one text part
+        (keys sorted, so the same state reads the same way every time).
+        """
+        if isinstance(result, Observation):
+            return result
+        if isinstance(result, (TextPart, ImagePart)):
+            return cls((result,))
+        if isinstance(result, (list, tuple)) and result and all(isinstance(p, (TextPart, ImagePart))
+                                                                for p in result):
+            return cls(tuple(result))
+        return cls((TextPart(json.dumps(result, sort_keys=True, ensure_ascii=False)),))
+
+    @classmethod
+    def of_text(cls, text: str) -> Observation:
+        """A text-only observation."""
+        return cls((TextPart(text),))
+
+    @classmethod
+    def failure(cls, message: str) -> Observation:
+        """An error observation (the agent sees ``ERROR: <message>``)."""
+        return cls((TextPart(ERROR_PREFIX + message),), error=True)
+
+    @property
+    def text(self) -> str:
+        """The text parts, joined by newlines."""
+        return "\n".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ImagePart))
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The parts as JSON (images base64-encoded), as stored in the trajectory."""
+        return [p.to_json() for p in self.parts]
+
+    @classmethod
+    def from_json(cls, parts: Sequence[Mapping[str, Any]]) -> Observation:
+        """Inverse of :meth:`to_json`."""
+        out: list[Part] = []
+        for p in parts:
+            if p.get("type") == "image":
+                layer = tuple((str(t), (int(b[0]), int(b[1]), int(b[2]), int(b[3])))
+                              for t, b in p.get("layer", ()))
+                out.append(ImagePart(base64.b64decode(str(p["data"])), str(p.get("mime_type", "image/png")), layer))
+            else:
+                out.append(TextPart(str(p.get("text", ""))))
+        return cls(tuple(out))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+# -- the seams ---------------------------------------------------------------------
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A fresh, private world for one episode.
+
+    ``call`` runs a tool by its true name and returns JSON-like data or an
+    :class:`Observation`; a bad call (unknown name, bad arguments, a
+    failing action) raises :class:`~pytest_agentperturb.model.errors.ToolError`,
+    whose message the agent sees.  ``snapshot`` returns the current state as
+    data the grader can compare (a copy: later calls must not change it).
+    """
+
+    def call(self, name: str, args: Mapping[str, Any]) -> Any:
+        """Execute one tool call."""
+
+    def snapshot(self) -> Any:
+        """The current state (pre state before the agent acts, post state after)."""
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """A grader's verdict: reward in [0, 1] and one named check per line."""
+
+    reward: float
+    checks: tuple[tuple[str, bool], ...] = ()
+
+
+@runtime_checkable
+class Grader(Protocol):
+    """The task's own grader; it never sees the variant, only what the agent did."""
+
+    def grade(self, pre_state: Any, post_state: Any, answer: str,
+              trajectory: Sequence[Mapping[str, Any]]) -> GradeResult:
+        """Score one episode."""
+
+
+@runtime_checkable
+class Simulator(Protocol):
+    """The simulated user behind ``ask_user``: a reply, and the fact id it disclosed (or None)."""
+
+    def answer(self, question: str) -> tuple[str, str | None]:
+        """Answer one clarification request."""

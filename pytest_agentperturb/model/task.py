@@ -1,0 +1,157 @@
+"""The task model: a task, and how suites deliver tasks (docs/design.md section 1b).
+
+A task is data: the four input surfaces an agent sees, the facts the
+solution needs, a gold solution written against those facts, a native
+grader and a factory of fresh environments that run the tools by their true
+names.  Where a task comes from (a ``suite.toml`` folder, a Python module,
+an external benchmark) is the business of a :class:`SuiteAdapter`
+(:mod:`pytest_agentperturb.formats`); everything downstream (perturbation
+engine, agents, runner, analysis) sees only this model.
+
+The vocabulary (:mod:`.vocab`) is re-exported here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .protocols import Environment, Grader
+from .records import Injection
+from .vocab import (
+    CLEAN,
+    FACT_KINDS,
+    FAMILIES,
+    INSERTED,
+    INSERTED_TYPE,
+    SURFACE_FILES,
+    TARGETS,
+    TYPES,
+    Fact,
+    Step,
+    Surfaces,
+    Turn,
+    family_parts,
+    fill,
+    inserted_base,
+    parse_families,
+    select,
+    sentences,
+)
+
+#: Makes a fresh environment for one episode; receives the variant's injections.
+EnvironmentFactory = Callable[[tuple[Injection, ...]], Environment]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A clean agentic task (docs/design.md, "Anatomy of a task").
+
+    Attributes:
+        suite: name of the suite the task belongs to (node ids, store rows).
+        id: task id, unique within the suite.
+        title: one line for people.
+        surfaces: what the agent is shown, clean.
+        facts: the information the solution needs; what ``missing`` removes,
+            ``incorrect`` corrupts and the user simulator hands back.
+        solution: the gold tool calls, arguments written against facts.
+        answer: the gold final answer (a template over facts).
+        grader: the task's own grader (never perturbed).
+        environment: factory of a fresh environment per episode; it receives
+            the variant's injections (planted into tool outputs).
+        tools: true names of the tools the environment runs.
+        threshold: reward at or above which an episode is a success.
+        initial_state: the environment's initial state as JSON-like data,
+            where fact domains (``contacts[*].email``) are looked up.
+        path: the folder the task was read from, if any.
+        fingerprint: bytes that identify the grader, solution and environment
+            (named parts); part of :meth:`digest`.
+        notes: remarks an adapter wants shown in the report.
+    """
+
+    suite: str
+    id: str
+    title: str
+    surfaces: Surfaces
+    facts: tuple[Fact, ...]
+    solution: tuple[Step, ...]
+    answer: str
+    grader: Grader
+    environment: EnvironmentFactory
+    tools: tuple[str, ...]
+    threshold: float = 1.0
+    initial_state: Mapping[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+    fingerprint: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``suite/task``: stable across checkouts, used for seeds and ids."""
+        return f"{self.suite}/{self.id}"
+
+    def fact(self, fact_id: str) -> Fact:
+        """The fact called ``fact_id``."""
+        for f in self.facts:
+            if f.id == fact_id:
+                return f
+        raise KeyError(fact_id)
+
+    def fact_values(self) -> dict[str, str]:
+        """True value of every fact, by id."""
+        return {f.id: f.value for f in self.facts}
+
+    def domain_values(self, fact: Fact) -> list[str]:
+        """The valid values of a fact's domain in the initial state (empty without a domain)."""
+        return [str(v) for v in select(self.initial_state, fact.domain)] if fact.domain else []
+
+    def digest(self) -> str:
+        """SHA-256 over the surfaces and the fingerprint (cache and run keys)."""
+        h = hashlib.sha256()
+        for t in TARGETS:
+            h.update(self.surfaces.render(t).encode())
+        for name in sorted(self.fingerprint):
+            h.update(name.encode() + b"\0" + self.fingerprint[name])
+        return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class TaskSlot:
+    """One task of a suite, loaded on demand.
+
+    An adapter yields slots when loading can fail per task: ``load`` raises
+    :class:`~pytest_agentperturb.model.errors.TaskFormatError` and only that
+    task becomes a collection error.  ``name`` is the task's node name.
+    """
+
+    name: str
+    load: Callable[[], Task]
+    path: Path | None = None
+
+
+@runtime_checkable
+class SuiteAdapter(Protocol):
+    """A source of tasks: a folder format, a Python module, an external benchmark.
+
+    ``name`` is the suite name (report, messages); ``tasks`` yields
+    :class:`Task` or :class:`TaskSlot` objects in a stable order.  An adapter
+    may also define ``operators() -> Iterable[Operator]`` to add perturbation
+    operators of its own (e.g. one inserted object per injection task of a
+    benchmark).  Adapters are chosen by the ``pytest_agentperturb_suite_adapter``
+    hook.
+    """
+
+    name: str
+
+    def tasks(self) -> Iterable[Task | TaskSlot]:
+        """Every task of the suite."""
+
+
+__all__ = [
+    "CLEAN", "FACT_KINDS", "FAMILIES", "INSERTED", "INSERTED_TYPE", "SURFACE_FILES", "TARGETS", "TYPES",
+    "EnvironmentFactory", "Fact", "Step", "SuiteAdapter", "Surfaces", "Task", "TaskSlot", "Turn", "family_parts",
+    "fill", "inserted_base", "parse_families", "select", "sentences",
+]

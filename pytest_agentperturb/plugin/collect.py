@@ -1,0 +1,180 @@
+"""Collection: a suite becomes tasks, a task becomes one item per (family, agent).
+
+Node ids read ``suites/workflows::reschedule-standup::tool-missing[reference/literal]``
+for a folder suite and ``agentdojo:banking::user_task_0::clean[...]`` for a
+named one.  Each item carries markers for its target and type, so
+``-k "tool and missing"`` and ``-m "tool and missing"`` both select it.  A
+malformed task becomes a collection error for that task only.
+
+Items reach the session through :class:`ItemRunner` (kept in the config's
+stash), so this module does not import the session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from ..model.errors import TaskFormatError
+from ..model.task import SuiteAdapter, TaskSlot
+from ..model.records import EpisodeRecord, Variant
+from ..model.task import CLEAN, Task, family_parts
+
+
+class ItemRunner(Protocol):
+    """What items need from the session."""
+
+    seed: int
+
+    def families_for(self, adapter: SuiteAdapter) -> tuple[str, ...]:
+        """Families to collect for the tasks of ``adapter``."""
+
+    def runner_names(self) -> tuple[str, ...]:
+        """Agent names, in id order."""
+
+    def run_item(self, item: PerturbItem) -> None:
+        """Run (or reuse) the item's episode and set ``item.record``."""
+
+    def check_item(self, item: PerturbItem) -> None:
+        """Raise :class:`EpisodeFailed` when strict mode fails the item."""
+
+    def reproduce(self, item: PerturbItem) -> str:
+        """The reproduce line of an item."""
+
+
+ITEM_RUNNER = pytest.StashKey[ItemRunner]()
+
+
+def item_seed(session_seed: int, task_key: str, family: str) -> int:
+    """Per-item seed: derived from the session seed and the item, not the model.
+
+    Every model therefore meets the same variant, which is what makes
+    clean/perturbed pairs comparable across models.
+    """
+    h = hashlib.sha256(f"{session_seed}|{task_key}|{family}".encode()).hexdigest()
+    return int(h[:8], 16) % 2**31
+
+
+def _task_collectors(parent: pytest.Collector, adapter: SuiteAdapter) -> Iterator[TaskCollector]:
+    for entry in adapter.tasks():
+        if isinstance(entry, TaskSlot):
+            name, load, path = entry.name, entry.load, entry.path
+        else:
+            name, path = entry.id, entry.path
+            load = (lambda t: lambda: t)(entry)
+        yield TaskCollector.from_parent(parent, name=name, path=path or parent.path, load=load, adapter=adapter)
+
+
+class SuiteDirectory(pytest.Directory):
+    """A folder that a suite adapter recognised."""
+
+    def __init__(self, *, adapter: SuiteAdapter, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.adapter = adapter
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        return _task_collectors(self, self.adapter)
+
+
+class NamedSuite(pytest.Collector):
+    """A suite named with ``--agentperturb-suite`` (not a folder); a child of the session."""
+
+    def __init__(self, *, adapter: SuiteAdapter, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.adapter = adapter
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        return _task_collectors(self, self.adapter)
+
+
+class TaskCollector(pytest.Collector):
+    """One task; yields one :class:`PerturbItem` per (family, agent)."""
+
+    def __init__(self, *, load: Callable[[], Task], adapter: SuiteAdapter, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.load = load
+        self.adapter = adapter
+
+    def collect(self) -> Iterator[pytest.Item]:
+        runner = self.config.stash[ITEM_RUNNER]
+        task = self.load()
+        for family in runner.families_for(self.adapter):
+            target, typ = family_parts(family)
+            for model in runner.runner_names():
+                item = PerturbItem.from_parent(self, name=f"{family}[{model}]", task=task, family=family, model=model)
+                if family == CLEAN:
+                    item.add_marker("clean")
+                else:
+                    item.add_marker(target)
+                    item.add_marker(typ)
+                yield item
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, TaskFormatError):
+            return f"invalid task: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+
+class EpisodeFailed(Exception):
+    """Raised in strict mode, or for gate-level failures of one item."""
+
+
+class PerturbItem(pytest.Item):
+    """One episode: a task, a family (or clean) and an agent."""
+
+    def __init__(self, *, task: Task, family: str, model: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.task = task
+        self.family = family
+        self.model = model
+        self.record: EpisodeRecord | None = None
+        self.reused = False
+        self.variant: Variant | None = None
+        self.seed = item_seed(self.config.stash[ITEM_RUNNER].seed, task.key, family)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.task.key}[{self.family}-{self.model}]"
+
+    def setup(self) -> None:
+        """Run (or reuse) the episode; an infrastructure error is a pytest ERROR.
+
+        It is reported by message only (``pytrace=False``): the harness's own
+        traceback says nothing about a provider failure, and pytest need not
+        parse source to format one.
+        """
+        self.config.stash[ITEM_RUNNER].run_item(self)
+        if self.record is not None and self.record.error:
+            pytest.fail(f"infrastructure error (not an agent failure): {self.record.error}\n"
+                        f"{self.reproduce_line()}", pytrace=False)
+
+    def runtest(self) -> None:
+        """The verdict is reported, not raised, unless strict mode asks for it."""
+        self.config.stash[ITEM_RUNNER].check_item(self)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, EpisodeFailed):
+            return f"episode failed: {excinfo.value}\n{self.reproduce_line()}"
+        return super().repr_failure(excinfo)
+
+    def reproduce_line(self) -> str:
+        return self.config.stash[ITEM_RUNNER].reproduce(self)
+
+
+def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False) -> str:
+    """A command that re-runs exactly one item (pytest rejects '::' after a folder, so -k).
+
+    ``runner_args`` are the flag and value that select the agent
+    (``--agentperturb-model M`` or ``--agentperturb-agent SPEC``); every
+    value is shell-quoted, so the line is safe to paste.
+    """
+    suite, task, name = nodeid.split("::")[:3]
+    family = name.split("[", 1)[0]
+    where = ["--agentperturb-suite", suite] if named else [suite]
+    args = ["pytest", "--agentperturb", *where, "-k", f"{task} and {family}", *runner_args,
+            "--agentperturb-seed", str(seed)]
+    return "reproduce: " + " ".join(shlex.quote(a) for a in args)

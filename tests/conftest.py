@@ -1,0 +1,30 @@
+"""Shared fixtures of the project's own tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+# C extensions (numpy.fft, scipy's) cannot be loaded twice in one process, and in-process
+# pytester runs drop the modules they imported: load what the analysis uses up front.
+import numpy.fft  # noqa: F401
+import pandas  # noqa: F401
+import pytest
+import scipy.stats  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "suites" / "workflows"
+
+
+@pytest.fixture
+def suite_path() -> Path:
+    """The built-in workflows suite."""
+    return SUITE
+
+
+@pytest.fixture
+def suite_copy(tmp_path: Path) -> Path:
+    """A private copy of the built-in suite that a test may edit."""
+    dst = tmp_path / "suites" / "workflows"
+    shutil.copytree(SUITE, dst)
+    return dst
