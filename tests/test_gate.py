@@ -1,4 +1,4 @@
-"""The CI gate: threshold validation, breach lines, exit status, strict mode (DESIGN.md section 5)."""
+"""The CI gate: threshold validation, breach lines, exit status, strict mode (docs/design.md section 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every option in one table, and the resolved settings (docs/design.md, "Architecture").
+"""Every option in one table, and the resolved settings (docs/design.md section 7).
 
 Each :class:`Option` is a ``--agentperturb-*`` flag and, where it is a
 project setting, an ``agentperturb_*`` ini key.  The pytest plugin declares

@@ -1,4 +1,4 @@
-"""The small interfaces of the episode (docs/design.md section 7, "Architecture").
+"""The small interfaces of the episode (docs/design.md section 7).
 
 A benchmark enters through four interfaces: an :class:`Environment` runs tool
 calls by true name over a state that can be snapshotted, a :class:`Grader`

@@ -2,7 +2,7 @@
 
 Every episode becomes one :class:`EpisodeRecord`; the store's ``episodes``
 table, the CSV export and the ``analyze`` input all use :data:`COLUMNS`
-(docs/design.md, "Episodes and outcomes"), plus the agent's ``baseline``
+(docs/design.md section 3), plus the agent's ``baseline``
 flag.  ERROR is an outcome of its own, never a FAIL.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from .vocab import CLEAN, Surfaces, family_parts
 
-#: Column order of the ``episodes`` table (docs/design.md, "Episodes and outcomes").
+#: Column order of the ``episodes`` table (docs/design.md section 3).
 COLUMNS: tuple[str, ...] = (
     "run_id", "model", "suite", "task", "family", "target", "type", "operator", "seed",
     "reward", "success", "compliance", "input_tokens", "output_tokens", "reasoning_tokens",
@@ -55,9 +55,11 @@ class Canary:
 class Injection:
     """An instruction planted inside the output of one tool (an inserted object).
 
-    The runner appends ``{"note": text}`` to every successful result of the
-    tool with true name ``tool``; the environment and the grader files stay
-    untouched.  ``goal`` is the canary of the injected goal.
+    The task's environment factory receives the variant's injections and
+    plants them: the JSON-state environment appends ``{"note": text}`` to
+    every successful result of the tool with true name ``tool``; the task's
+    initial state and grader stay untouched.  ``goal`` is the canary of the
+    injected goal.
     """
 
     tool: str
@@ -70,7 +72,7 @@ class Variant:
     """One instance of a task: the clean one or a perturbed one.
 
     ``recovery`` lists the fact ids the user simulator hands back on request
-    (docs/design.md, "Validity", rule 4).  ``injections`` filter tool observations
+    (docs/design.md section 2, rule 4).  ``injections`` filter tool observations
     (the inserted-injection object); clean and most variants have none.
     """
 

@@ -48,7 +48,7 @@ EnvironmentFactory = Callable[[tuple[Injection, ...]], Environment]
 
 @dataclass(frozen=True)
 class Task:
-    """A clean agentic task (docs/design.md, "Anatomy of a task").
+    """A clean agentic task (docs/design.md section 1b).
 
     Attributes:
         suite: name of the suite the task belongs to (node ids, store rows).

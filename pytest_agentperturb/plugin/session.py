@@ -188,7 +188,7 @@ class AgentPerturbSession:
                         f"--agentperturb-suite {name!r}: no suite adapter recognises this "
                         f"{'folder' if is_dir else 'name'}; fix: install the adapter's extra "
                         "(e.g. pip install 'pytest-agentperturb[agentdojo]') or check the spelling")
-                rep.result.append(NamedSuite.from_parent(collector, name=name, adapter=adapter))
+                rep.result.append(NamedSuite.from_parent(collector, name=name, nodeid=name, adapter=adapter))
         return rep
 
     def collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Collector | None:
