@@ -70,26 +70,23 @@ def _task_collectors(parent: pytest.Collector, adapter: SuiteAdapter) -> Iterato
         yield TaskCollector.from_parent(parent, name=name, path=path or parent.path, load=load, adapter=adapter)
 
 
-class SuiteDirectory(pytest.Directory):
+class _SuiteNode(pytest.Collector):
+    """A collector whose children are the tasks of one suite adapter."""
+
+    def __init__(self, *, adapter: SuiteAdapter, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.adapter = adapter
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        return _task_collectors(self, self.adapter)
+
+
+class SuiteDirectory(_SuiteNode, pytest.Directory):
     """A folder that a suite adapter recognised."""
 
-    def __init__(self, *, adapter: SuiteAdapter, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.adapter = adapter
 
-    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
-        return _task_collectors(self, self.adapter)
-
-
-class NamedSuite(pytest.Collector):
+class NamedSuite(_SuiteNode):
     """A suite named with ``--agentperturb-suite`` (not a folder); a child of the session."""
-
-    def __init__(self, *, adapter: SuiteAdapter, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.adapter = adapter
-
-    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
-        return _task_collectors(self, self.adapter)
 
 
 class TaskCollector(pytest.Collector):
