@@ -180,3 +180,113 @@ def _expenses_submit(state: dict[str, Any], amount: str, currency: str, category
              "category": category, "description": description, "status": "submitted"}
     claims.append(claim)
     return {"ok": True, "claim": claim}
+
+
+# =============================================================================
+# Issue 13 (part 1): further office tools for the grown workflows suite.
+# A self-contained block, appended as is, so that it can be ported onto the
+# moved module (formats/native/office.py) without touching the code above.
+# =============================================================================
+
+_DECISIONS = ("approved", "rejected", "escalated")
+_CLAIM_STATUSES = ("submitted", *_DECISIONS)
+
+
+@tool("calendar_cancel_event", "Cancel an existing event; the calendar tells its attendees.",
+      event_id=S(description="Id of the event, as listed by the calendar."),
+      reason=S(description="Short reason shown to the attendees.", required=False))
+def _calendar_cancel(state: dict[str, Any], event_id: str, reason: str | None = None) -> Any:
+    ev = _find(_coll(state, "calendar", "events"), "id", event_id, "event")
+    if ev.get("status") == "cancelled":
+        raise ToolError(f"event '{event_id}' is already cancelled")
+    ev["status"] = "cancelled"
+    if reason is not None:
+        ev["cancel_reason"] = reason
+    return {"ok": True, "event": ev}
+
+
+@tool("mail_reply", "Reply to a message of the inbox; the reply goes to the message's sender.",
+      message_id=S(description="Id of the inbox message, as returned by mail_search."),
+      body=S(description="Reply text."))
+def _mail_reply(state: dict[str, Any], message_id: str, body: str) -> Any:
+    msg = _find(_coll(state, "mail", "inbox"), "id", message_id, "message")
+    outbox = _coll(state, "mail", "outbox")
+    outbox.append({"to": msg.get("from"), "subject": f"Re: {msg.get('subject', '')}", "body": body,
+                   "in_reply_to": message_id})
+    return {"ok": True, "message_id": f"MSG-{len(outbox)}"}
+
+
+@tool("mail_forward", "Forward a message of the inbox to someone, with an optional note on top.",
+      message_id=S(description="Id of the inbox message, as returned by mail_search."),
+      to=S(description="Recipient e-mail address."),
+      note=S(description="Note written above the forwarded message.", required=False))
+def _mail_forward(state: dict[str, Any], message_id: str, to: str, note: str | None = None) -> Any:
+    msg = _find(_coll(state, "mail", "inbox"), "id", message_id, "message")
+    outbox = _coll(state, "mail", "outbox")
+    body = f"{note}\n\n" if note else ""
+    outbox.append({"to": to, "subject": f"Fwd: {msg.get('subject', '')}", "note": note or "",
+                   "body": body + f"---------- Forwarded message from {msg.get('from')} ----------\n"
+                   + str(msg.get("body", "")), "forwarded": message_id})
+    return {"ok": True, "message_id": f"MSG-{len(outbox)}"}
+
+
+@tool("files_copy", "Copy a file into a folder, optionally under a new name.",
+      path=S(description="Full path of the file to copy."),
+      folder=S(description="Destination folder."),
+      name=S(description="File name of the copy; defaults to the original name.", required=False))
+def _files_copy(state: dict[str, Any], path: str, folder: str, name: str | None = None) -> Any:
+    files = _coll(state, "files")
+    src = _find(files, "path", path, "file")
+    dest = folder.rstrip("/") + "/" + (name or str(path).rsplit("/", 1)[-1])
+    if any(f.get("path") == dest for f in files):
+        raise ToolError(f"a file already exists at '{dest}'")
+    files.append({"path": dest, "text": src.get("text", "")})
+    return {"ok": True, "path": dest}
+
+
+@tool("files_unshare", "Remove a colleague's (or an outside person's) access to a file.",
+      path=S(description="Full file path."), email=S(description="E-mail address whose access is removed."))
+def _files_unshare(state: dict[str, Any], path: str, email: str) -> Any:
+    f = _find(_coll(state, "files"), "path", path, "file")
+    shares = [s for s in f.get("shared", []) if s.get("email") == email]
+    if not shares:
+        raise ToolError(f"'{path}' is not shared with '{email}'")
+    f["shared"] = [s for s in f["shared"] if s.get("email") != email]
+    return {"ok": True, "shared": f["shared"]}
+
+
+@tool("tickets_create", "Open a new ticket; returns its id.",
+      title=S(description="Ticket title."),
+      priority=S(description="Priority.", enum=_PRIORITIES),
+      assignee=S(description="E-mail of the assignee.", required=False),
+      description=S(description="Details.", required=False))
+def _tickets_create(state: dict[str, Any], title: str, priority: str, assignee: str | None = None,
+                    description: str | None = None) -> Any:
+    tickets = _coll(state, "tickets")
+    t: dict[str, Any] = {"id": f"TCK-{900 + len(tickets)}", "title": title, "status": "open", "priority": priority}
+    if assignee is not None:
+        t["assignee"] = assignee
+    if description is not None:
+        t["description"] = description
+    tickets.append(t)
+    return {"ok": True, "ticket": t}
+
+
+@tool("expenses_list", "List expense claims, optionally filtered by status.",
+      status=S(description="Status filter.", required=False, enum=_CLAIM_STATUSES))
+def _expenses_list(state: dict[str, Any], status: str | None = None) -> Any:
+    return [c for c in _coll(state, "expenses") if status is None or c.get("status") == status]
+
+
+@tool("expenses_review", "Decide a submitted expense claim as its approver.",
+      claim_id=S(description="Claim id, as listed by expenses_list."),
+      decision=S(description="Decision.", enum=_DECISIONS),
+      note=S(description="Note to the claimant.", required=False))
+def _expenses_review(state: dict[str, Any], claim_id: str, decision: str, note: str | None = None) -> Any:
+    c = _find(_coll(state, "expenses"), "id", claim_id, "claim")
+    if c.get("status") != "submitted":
+        raise ToolError(f"claim '{claim_id}' is {c.get('status')}, only submitted claims can be decided")
+    c["status"] = decision
+    if note is not None:
+        c["review_note"] = note
+    return {"ok": True, "claim": c}
