@@ -66,6 +66,7 @@ class EpisodeContext:
     disclosed: list[str] = field(default_factory=list)
     estimated_usage: bool = False
     cancelled: bool = False
+    _shown: int = field(default=-1, repr=False)
 
     @property
     def surfaces(self) -> Surfaces:
@@ -88,12 +89,17 @@ class EpisodeContext:
             self.cost_usd = (self.cost_usd or 0.0) + cost_usd
 
     def model_turn(self, output: str) -> None:
-        """Count one turn of an agent that reports no usage (estimated tokens)."""
+        """Count one turn of an agent that reports no usage (estimated tokens).
+
+        The estimated input is everything shown so far: the surfaces, the
+        tool contract and the trajectory's contents.
+        """
         self.turns += 1
         self.estimated_usage = True
-        seen = sum(len(t) for _, t in self.surfaces.texts()) + len(self.surfaces.render("tool"))
-        seen += sum(len(str(e.get("content", ""))) for e in self.trajectory)
-        self.add_usage(estimate_tokens("x" * seen), estimate_tokens(output))
+        if self._shown < 0:
+            self._shown = sum(len(t) for _, t in self.surfaces.texts()) + len(self.surfaces.render("tool"))
+        seen = self._shown + sum(len(str(e.get("content", ""))) for e in self.trajectory)
+        self.add_usage(math.ceil(seen / 4), estimate_tokens(output))
 
     # -- channels -----------------------------------------------------------
     def _check_open(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .vocab import CLEAN, Surfaces, family_parts
@@ -148,9 +148,9 @@ class EpisodeRecord:
 
     def to_row(self) -> dict[str, Any]:
         """Column -> value, trajectory as JSON text, in :data:`STORE_COLUMNS` order."""
-        d = asdict(self)
-        d["trajectory"] = json.dumps(self.trajectory, ensure_ascii=False, sort_keys=True)
-        return {c: d[c] for c in STORE_COLUMNS}
+        row = {c: getattr(self, c) for c in STORE_COLUMNS}
+        row["trajectory"] = json.dumps(self.trajectory, ensure_ascii=False, sort_keys=True)
+        return row
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EpisodeRecord:

@@ -109,13 +109,15 @@ class Task:
         return [str(v) for v in select(self.initial_state, fact.domain)] if fact.domain else []
 
     def digest(self) -> str:
-        """SHA-256 over the surfaces and the fingerprint (cache and run keys)."""
-        h = hashlib.sha256()
-        for t in TARGETS:
-            h.update(self.surfaces.render(t).encode())
-        for name in sorted(self.fingerprint):
-            h.update(name.encode() + b"\0" + self.fingerprint[name])
-        return h.hexdigest()
+        """SHA-256 over the surfaces and the fingerprint (cache and run keys); computed once."""
+        if "_digest" not in self.__dict__:
+            h = hashlib.sha256()
+            for t in TARGETS:
+                h.update(self.surfaces.render(t).encode())
+            for name in sorted(self.fingerprint):
+                h.update(name.encode() + b"\0" + self.fingerprint[name])
+            self.__dict__["_digest"] = h.hexdigest()
+        return str(self.__dict__["_digest"])
 
 
 @dataclass(frozen=True)

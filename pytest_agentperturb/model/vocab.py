@@ -124,16 +124,22 @@ class Surfaces:
     tools: tuple[Mapping[str, Any], ...]
 
     def render(self, target: str) -> str:
-        """Canonical text of one surface: what is written to disk and diffed."""
+        """Canonical text of one surface: what is written to disk and diffed.
+
+        The JSON surfaces are serialised once per instance (surfaces are
+        immutable values: operators build new ones, never edit in place).
+        """
         if target == "user":
             return self.user
         if target == "procedure":
             return self.procedure
-        if target == "context":
-            return _dump_json([{"role": t.role, "content": t.content} for t in self.context])
-        if target == "tool":
-            return _dump_json(list(self.tools))
-        raise KeyError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+        if target not in ("context", "tool"):
+            raise KeyError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+        cache: dict[str, str] = self.__dict__.setdefault("_rendered", {})
+        if target not in cache:
+            cache[target] = _dump_json([{"role": t.role, "content": t.content} for t in self.context]
+                                       if target == "context" else list(self.tools))
+        return cache[target]
 
     def tool_names(self) -> list[str]:
         """Names of the advertised tools, in contract order."""
