@@ -132,12 +132,20 @@ class Careful:
     def run(self, ctx):
         return "answer returned, not given to finish"
 
-GATE = threading.Barrier(3, timeout=20)
+LOCK = threading.Lock()
+ACTIVE = [0]
 
 def together(ctx):
-    """Passes only if three episodes run at the same time (each blocking agent in its own thread)."""
-    GATE.wait()
-    ctx.finish("met")
+    """Blocks for a while and reports how many episodes were running at the same time."""
+    import time
+    with LOCK:
+        ACTIVE[0] += 1
+        peak = ACTIVE[0]
+    time.sleep(0.3)
+    with LOCK:
+        peak = max(peak, ACTIVE[0])
+        ACTIVE[0] -= 1
+    ctx.finish(f"peak {peak}")
 '''
 
 
@@ -174,7 +182,10 @@ def test_blocking_agents_run_in_threads_so_episodes_overlap(agent_project: pytes
         "--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-k", "clean", "--agentperturb-concurrency",
         "3", "--agentperturb-agent", "agents/mine.py:together")
     out = result.stdout.str()
-    assert result.ret == 0 and "errors: 0" in out, out[-3000:]  # a broken barrier would be an ERROR
+    assert result.ret == 0 and "errors: 0" in out, out[-3000:]
+    peaks = [int(json.loads(str(r["trajectory"]))[-2]["content"].split()[-1])
+             for r in _rows(agent_project.path / "reports" / "agentperturb.sqlite")]
+    assert len(peaks) >= 9 and max(peaks) >= 2 and max(peaks) <= 3  # overlapping, within the concurrency limit
 
 
 def test_python_agent_by_module_name(agent_project: pytest.Pytester) -> None:
@@ -190,7 +201,7 @@ def test_python_agent_by_module_name(agent_project: pytest.Pytester) -> None:
     ("agents/mine.py:missing", "*has no attribute 'missing'*"),
     ("no_colon", "*expected module:attr or path/to/file.py:attr*"),
     ("not_a_module_xyz:f", "*cannot import 'not_a_module_xyz'*"),
-    ("agents/mine.py:GATE", "*expected a function (ctx) -> None, an object with run(ctx) or a class*"),
+    ("agents/mine.py:ACTIVE", "*expected a function (ctx) -> None, an object with run(ctx) or a class*"),
 ])
 def test_bad_agent_specs_are_usage_errors(agent_project: pytest.Pytester, spec: str, message: str) -> None:
     result = agent_project.runpytest("--agentperturb", "suites/workflows", "--agentperturb-agent", spec,
