@@ -131,6 +131,13 @@ def test_mcnemar_and_signed_rank() -> None:
 
     c, p = [0.9, 0.8, 0.7, 0.95, 0.6, 0.85], [0.5, 0.75, 0.2, 0.9, 0.61, 0.3]
     assert signed_rank(c, p).p_value == pytest.approx(wilcoxon(np.subtract(p, c)).pvalue)
+    rng = np.random.default_rng(3)   # ties / n >= 50: the numpy normal approximation equals scipy's
+    for n in (8, 60, 200):
+        cc = rng.integers(1, 9, n).astype(float)
+        pp = cc + rng.integers(-3, 5, n)
+        ref = wilcoxon(pp - cc, zero_method="wilcox", method="approx")
+        got = signed_rank(cc, pp)
+        assert (got.statistic, got.p_value) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue))
     assert paired_test([1, 0, 1], [0, 0, 1]).test == "mcnemar-exact"
     assert paired_test([0.5, 0, 1], [0, 0, 1]).test == "wilcoxon"
 
