@@ -262,9 +262,12 @@ def from_args(args: argparse.Namespace) -> Thresholds:
 
 
 # -- evaluation --------------------------------------------------------------
-def judged_models(models: Sequence[str]) -> list[str]:
-    """Models the gate judges: non-baselines when any were run, else everything (baselines only)."""
-    real = [m for m in models if not m.startswith(BASELINE_PREFIX)]
+def judged_models(models: Sequence[str], baselines: set[str] | None = None) -> list[str]:
+    """Models the gate judges: non-baselines when any were run, else everything (baselines only).
+
+    ``baselines`` (the drop table's ``baseline`` flag) wins over the name prefix.
+    """
+    real = [m for m in models if not (m in baselines if baselines is not None else m.startswith(BASELINE_PREFIX))]
     return real or list(models)
 
 
@@ -280,7 +283,8 @@ def evaluate(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.DataFrame
     if not thresholds.configured:
         return v
     d = drops[drops["model"] != ALL_MODELS]
-    models = judged_models(sorted(set(d["model"])))
+    base = set(d.loc[d["baseline"].astype(bool), "model"]) if "baseline" in d.columns else None
+    models = judged_models(sorted(set(d["model"])), base)
     if len(models) < len(set(d["model"])):
         v.notes.append("agentperturb gate: reference agents (baselines) are reported but not gated")
     d = d[d["model"].isin(models)]
