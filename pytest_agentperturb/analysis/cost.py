@@ -38,21 +38,18 @@ def _with_pooled(pr: pd.DataFrame) -> pd.DataFrame:
 def _levels(g: pd.DataFrame, *, by_kind: bool) -> Iterator[tuple[str, str, pd.DataFrame]]:
     """(level_kind, level, pairs): the 12 families pooled, then per type and target (``by_kind``) or family,
     then each inserted object on its own."""
-    in12 = g[g["family"].isin(FAMILIES)]
+    mask = g["family"].isin(FAMILIES)
+    in12 = g[mask]
     if len(in12):
         yield "overall", ALL_PERTURBED, in12
-    if by_kind:
-        for kind, col, values in (("type", "type", TYPES), ("target", "target", TARGETS)):
-            for v in values:
-                h = in12[in12[col] == v]
-                if len(h):
-                    yield kind, v, h
-    else:
-        for f in FAMILIES:
-            h = in12[in12["family"] == f]
-            if len(h):
-                yield "family", f, h
-    for f, h in g[~g["family"].isin(FAMILIES)].groupby("family", sort=True):
+    groupings = (("type", "type", TYPES), ("target", "target", TARGETS)) if by_kind else (
+        ("family", "family", FAMILIES),)
+    for kind, col, values in groupings:
+        parts = dict(tuple(in12.groupby(col, sort=False)))
+        for v in values:
+            if v in parts:
+                yield kind, v, parts[v]
+    for f, h in g[~mask].groupby("family", sort=True):
         yield "inserted", str(f), h
 
 
