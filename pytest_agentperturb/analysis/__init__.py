@@ -90,7 +90,7 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
     labelled = label(df, manual_labels)
     pr = pairs(labelled)
     audit = pairing_audit(labelled)
-    dt = drops(labelled, replicates=replicates, seed=seed)
+    dt = drops(labelled, replicates=replicates, seed=seed, paired=pr, audit=audit)
     ov = overall(dt)
     parts = [t for t in (model_predictors(ov, capability, permutations=permutations, seed=seed),
                          task_predictors(pr, task_properties, permutations=permutations, seed=seed + 1)) if len(t)]

@@ -59,7 +59,8 @@ def _level_rows(t: pd.DataFrame, li: dict[tuple[str, str], int]) -> tuple[np.nda
     return np.concatenate(rows), np.concatenate(levs)
 
 
-def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, level: float = 0.95,
+          paired: pd.DataFrame | None = None, audit: pd.DataFrame | None = None) -> pd.DataFrame:
     """Relative degradation overall, per target, per type and per family, paired, with bootstrap intervals.
 
     Every comparison is paired (docs/design.md section 4): for model m on
@@ -78,12 +79,14 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
     pool the suite: C and P are the means over the models that have pairs
     at that level of C_m and P_m, and D is computed from those means (the
     paper's suite average); baselines stay out of them whenever a
-    non-baseline model is in the table.
+    non-baseline model is in the table.  ``paired`` and ``audit`` take
+    :func:`~.table.pairs` and :func:`~.table.pairing_audit` of ``df`` when
+    the caller has them already.
     """
     import pandas as pd
 
-    pr = pairs(df)
-    audit = pairing_audit(df)
+    pr = pairs(df) if paired is None else paired
+    audit = pairing_audit(df) if audit is None else audit
     real = set(pooled_models(df))
     base_of = df.groupby("model")["baseline"].any().to_dict() if len(df) else {}
     out: list[dict[str, object]] = []
