@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 #: The threshold options, in declaration order.
 SPECS: tuple[Option, ...] = tuple(o for o in OPTIONS if o.group == "gate")
-BASELINE_PREFIX = "reference/"
 ALL = "*"
 
 
@@ -181,15 +180,9 @@ def from_args(args: argparse.Namespace) -> Thresholds:
 
 # -- evaluation --------------------------------------------------------------
 def baseline_models(episodes: pd.DataFrame) -> set[str]:
-    """Models flagged as baselines in the episode table.
-
-    The ``baseline`` column carries each agent's flag; a table without it
-    (an older CSV) falls back to the built-in baselines' ``reference/`` names.
-    """
-    if "baseline" in episodes.columns:
-        flags = episodes.groupby("model")["baseline"].agg(lambda s: any(bool(x) for x in s if x == x))
-        return {str(m) for m, b in flags.items() if b}
-    return {str(m) for m in set(episodes["model"]) if str(m).startswith(BASELINE_PREFIX)}
+    """Models flagged as baselines in the normalised episode table (its ``baseline`` column)."""
+    flags = episodes.groupby("model")["baseline"].agg(lambda s: any(bool(x) for x in s if x == x))
+    return {str(m) for m, b in flags.items() if b}
 
 
 def judged_models(models: Sequence[str], baselines: set[str]) -> list[str]:

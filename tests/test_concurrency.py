@@ -8,7 +8,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -51,14 +50,11 @@ def test_batcher_keeps_the_window_full_and_returns_each_result() -> None:
             b.submit(str(i), factory(i))
 
     try:
-        t0 = time.perf_counter()
         got = [b.run(str(i), factory(i), top_up) for i in [0, *queue]]
-        wall = time.perf_counter() - t0
     finally:
         b.close()
     assert got == [i * 10 for i in range(20)]
-    assert peak[0] == 4  # never more than the concurrency
-    assert wall < 20 * 0.05 * 0.8  # faster than one at a time (ideal: a quarter)
+    assert peak[0] == 4  # four at once, never more than the concurrency (speed: bench/concurrency.py)
 
 
 @pytest.fixture
@@ -74,17 +70,14 @@ def test_episodes_overlap_up_to_the_concurrency_and_the_connection_limit(
     common = ["--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-k", "forward-invoice",
               "--agentperturb-model", "openai/fake", "--agentperturb-store", "s.sqlite"]
     with FakeOpenAI(StepsPolicy(steps=2, latency=0.4)) as srv:
-        t0 = time.perf_counter()
         result = pytester.runpytest(*common, "--agentperturb-api-base", srv.base, "--agentperturb-concurrency", "8")
-        wall = time.perf_counter() - t0
         n = len(srv.requests)
         overlap = max_overlap(srv.times)
     with sqlite3.connect(pytester.path / "s.sqlite") as c:
         episodes = c.execute("SELECT count(*) FROM episodes WHERE error = ''").fetchone()[0]
     assert episodes >= 10 and result.ret == 0
     assert n == 2 * episodes  # every episode ran exactly once, k=2 calls each
-    assert overlap == 8
-    assert wall < episodes * 2 * 0.4 / 2  # serial would take episodes x k x latency
+    assert overlap == 8  # eight requests in flight at once: the speed-up itself is measured in bench/concurrency.py
     with FakeOpenAI(StepsPolicy(steps=2, latency=0.1)) as srv:
         result = pytester.runpytest(*common, "--agentperturb-api-base", srv.base, "--agentperturb-concurrency", "8",
                                     "--agentperturb-connections", "3", "--agentperturb-run-id", "limited")

@@ -1,4 +1,4 @@
-"""The study's analyses over the episode table (DESIGN.md section 4), in one call.
+"""The study's analyses over the episode table (docs/design.md section 4, "Metrics"), in one call.
 
 :func:`analyze` runs every metric on a normalised episode table and returns
 an :class:`Analysis` of DataFrames; :func:`summary` turns it into the JSON
@@ -25,7 +25,7 @@ from .degradation import (
     suite_average,
 )
 from .stats import N_BOOTSTRAP, N_PERMUTATIONS
-from .table import normalise, pairs, scored
+from .table import DROP_REASONS, describe_drops, normalise, pairing_audit, pairs, pooled, pooled_models, scored
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_MODELS", "Analysis", "analyze", "cells", "compliance", "drops", "malleability", "marginal_effects",
-    "normalise", "overall", "paired_tests", "pairs", "relative_degradation", "scored", "suite_average", "summary",
-    "summary_lines",
+    "normalise", "overall", "paired_tests", "pairing_audit", "pairs", "pooled", "relative_degradation", "scored",
+    "suite_average", "summary", "summary_lines",
 ]
 
 
@@ -54,11 +54,13 @@ class Analysis:
     compliance_operator: pd.DataFrame
     paired_tests: pd.DataFrame
     predictors: pd.DataFrame
+    clean_score: pd.DataFrame
     sensitivity: list[Sensitivity]
     recovery_cost: pd.DataFrame
     rollout_ratios: pd.DataFrame
     edit_magnitude: pd.DataFrame
     labels: pd.DataFrame
+    pairing: pd.DataFrame
     replicates: int = N_BOOTSTRAP
     permutations: int = N_PERMUTATIONS
     notes: list[str] = field(default_factory=list)
@@ -82,39 +84,66 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
 
     from .cost import edit_magnitude, recovery_cost, rollout_ratios
     from .labels import label
-    from .predictors import model_predictors, task_predictors
+    from .predictors import PREDICTOR_COLUMNS, clean_score_predictor, model_predictors, task_predictors
     from .sensitivity import cross_family
 
     labelled = label(df, manual_labels)
     pr = pairs(labelled)
-    dt = drops(labelled, replicates=replicates, seed=seed)
+    audit = pairing_audit(labelled)
+    dt = drops(labelled, replicates=replicates, seed=seed, paired=pr, audit=audit)
     ov = overall(dt)
-    preds = pd.concat([t for t in (model_predictors(ov, capability, permutations=permutations, seed=seed),
-                                   task_predictors(labelled, task_properties, permutations=permutations,
-                                                   seed=seed + 1)) if len(t)], ignore_index=True) \
-        if len(ov) else pd.DataFrame(columns=["suite", "predictor", "rho", "p_value", "n", "outcome"])
-    notes = []
-    n_err = int((df["error"] != "").sum())
-    if n_err:
-        notes.append(f"{n_err} episode(s) could not be scored (infrastructure errors) and are excluded "
-                     "from every aggregate.")
+    parts = [t for t in (model_predictors(ov, capability, permutations=permutations, seed=seed),
+                         task_predictors(pr, task_properties, permutations=permutations, seed=seed + 1)) if len(t)]
+    preds = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=PREDICTOR_COLUMNS)
     return Analysis(
         episodes=labelled, drops=dt, overall=ov, suite_average=suite_average(dt),
         marginal=marginal_effects(pr), malleability=malleability(pr),
         malleability_family=malleability(pr, ("suite", "family")),
         compliance=compliance(labelled), compliance_operator=compliance(labelled, ("suite", "family", "operator")),
         paired_tests=paired_tests(pr), predictors=preds,
+        clean_score=clean_score_predictor(pr, permutations=permutations, seed=seed + 2),
         sensitivity=cross_family(labelled, replicates=replicates, seed=seed),
-        recovery_cost=recovery_cost(labelled), rollout_ratios=rollout_ratios(pr), edit_magnitude=edit_magnitude(pr),
-        labels=_label_counts(labelled), replicates=replicates, permutations=permutations, notes=notes,
+        recovery_cost=recovery_cost(pr), rollout_ratios=rollout_ratios(pr), edit_magnitude=edit_magnitude(pr),
+        labels=_label_counts(labelled), pairing=audit, replicates=replicates, permutations=permutations,
+        notes=notes(labelled, audit, pr),
     )
+
+
+def notes(df: pd.DataFrame, audit: pd.DataFrame, pr: pd.DataFrame) -> list[str]:
+    """What the numbers rest on: unscored episodes, what the pairing dropped and why, unknown usage, baselines."""
+    out = []
+    n_err = int((df["error"] != "").sum())
+    if n_err:
+        out.append(f"{n_err} episode(s) could not be scored (error) and are excluded from every metric; "
+                   "each takes its clean or perturbed partner out of the comparison.")
+    by = {r: int(audit[r].sum()) for r in DROP_REASONS} if len(audit) else {}
+    if len(audit):
+        out.append(f"Pairing: {int(audit['n_pairs'].sum())} clean/perturbed pair(s) of "
+                   f"{int(audit['n_episodes'].sum())} perturbed episode(s)"
+                   + (f"; left out: {describe_drops(by)}" if any(by.values()) else "; nothing left out")
+                   + " (a missing variant leaves its task's clean score out of that family's comparison).")
+    if len(pr):
+        unknown = int((pr["tokens_clean"].isna() | pr["tokens_pert"].isna()).sum())
+        if unknown == len(pr):
+            out.append("No token usage recorded: the token metrics (recovery cost, edit magnitude's token change) "
+                       "are empty.")
+        elif unknown:
+            out.append(f"{unknown} of {len(pr)} pair(s) have no recorded token usage (NULL) on one side and are left "
+                       "out of the token metrics (recovery cost, edit magnitude's token change).")
+    base = sorted(df.loc[df["baseline"].astype(bool), "model"].unique()) if len(df) else []
+    real = pooled_models(df)
+    if base and set(real).isdisjoint(base):
+        out.append(f"Baselines ({', '.join(base)}) keep their own rows and stay out of every 'all models' figure, "
+                   "suite average and pooled metric.")
+    return out
 
 
 def summary_lines(a: Analysis) -> list[str]:
     """One terminal line per (model, suite): C, P, D with its interval, compliance, turns.
 
     Compliance is the share of the 12 families' perturbed episodes with a
-    compliance verdict (DESIGN.md section 4); turns are per scored episode.
+    compliance verdict (docs/design.md section 4); turns are per scored episode;
+    pairs = the pairs the drop rests on.
     """
     from ..model.task import FAMILIES
 
@@ -127,7 +156,8 @@ def summary_lines(a: Analysis) -> list[str]:
         lines.append(
             f"{r['model']:<22} {r['suite']:<12} clean {r['clean']:.3f}  perturbed {r['perturbed']:.3f}  "
             f"drop {r['relative_drop']:.1f}% [{r['ci_low']:.1f}, {r['ci_high']:.1f}]  "
-            f"compliance {rate:.2f}  turns/episode {g['turns'].mean():.1f}")
+            f"compliance {rate:.2f}  turns/episode {g['turns'].mean():.1f}  pairs {int(r['n_pairs'])}"
+            + (f" (dropped {int(r['n_dropped'])}: {r['dropped_why']})" if r["n_dropped"] else ""))
     return lines or ["no scored episodes"]
 
 
@@ -161,10 +191,12 @@ def summary(a: Analysis) -> dict[str, Any]:
                                                           for r in s.pair_rows()],
                      "groups": [{k: _clean(v) for k, v in g.items()} for g in s.groups]})
     return {
-        "degradation": records(a.overall, ["model", "suite", "clean", "perturbed", "relative_drop", "ci_low",
-                                           "ci_high", "n_tasks", "n_perturbed"]),
+        "degradation": records(a.overall, ["model", "suite", "baseline", "clean", "perturbed", "relative_drop",
+                                           "ci_low", "ci_high", "n_tasks", "n_perturbed", "n_pairs", "n_dropped",
+                                           "dropped_why"]),
         "suite_average": records(a.suite_average),
         "predictors": records(a.predictors),
+        "clean_score_predictor": records(a.clean_score),
         "drops": records(a.drops),
         "marginal_effects": records(a.marginal),
         "malleability": records(a.malleability),

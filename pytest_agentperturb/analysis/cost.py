@@ -1,19 +1,26 @@
-"""Recovery cost, rollout ratios and edit magnitude (DESIGN.md section 4).
+"""Recovery cost, rollout ratios and edit magnitude (docs/design.md section 4).
 
-Tokens are input + output (+ reasoning) tokens of an episode.  Rows with
-model ``"all models"`` pool every model of the suite.
+All three are paired: they read :func:`~.table.pairs` (an episode table is
+paired first).  Tokens of an episode are input + output tokens; output
+tokens already include reasoning tokens, which are never added again.
+Unknown usage (NaN) is left out of every token metric and counted
+(``n_unknown``).  Pooled levels ("all perturbed", types, targets) use the 12
+families only; inserted objects are reported on their own.  Rows with model
+``"all models"`` pool the real models (baselines only when no model-backed
+agent ran).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..model.task import CLEAN
+from ..model.task import FAMILIES, TARGETS, TYPES
 from .degradation import ALL_MODELS
 from .stats import signed_rank
-from .table import scored, tokens
+from .table import as_pairs, pooled
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,108 +29,145 @@ RATIO_METRICS: tuple[str, ...] = ("tool_calls", "turns", "input_tokens", "output
 ALL_PERTURBED = "all perturbed"
 
 
-def _pooled(df: pd.DataFrame) -> pd.DataFrame:
+def _with_pooled(pr: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
-    return pd.concat([df, df.assign(model=ALL_MODELS)], ignore_index=True)
+    return pd.concat([pr, pooled(pr).assign(model=ALL_MODELS)], ignore_index=True)
+
+
+def _levels(g: pd.DataFrame, *, by_kind: bool) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """(level_kind, level, pairs): the 12 families pooled, then per type and target (``by_kind``) or family,
+    then each inserted object on its own."""
+    mask = g["family"].isin(FAMILIES)
+    in12 = g[mask]
+    if len(in12):
+        yield "overall", ALL_PERTURBED, in12
+    groupings = (("type", "type", TYPES), ("target", "target", TARGETS)) if by_kind else (
+        ("family", "family", FAMILIES),)
+    for kind, col, values in groupings:
+        parts = dict(tuple(in12.groupby(col, sort=False)))
+        for v in values:
+            if v in parts:
+                yield kind, v, parts[v]
+    for f, h in g[~mask].groupby("family", sort=True):
+        yield "inserted", str(f), h
 
 
 def recovery_cost(df: pd.DataFrame) -> pd.DataFrame:
-    """Tokens per successful trajectory and successes per million tokens, clean vs perturbed.
+    """Tokens per successful trajectory and successes per million tokens, clean vs perturbed, over pairs.
 
-    Per (model, suite, family level): ``tokens_per_success_*`` = mean (and
-    median) tokens of the successful episodes; ``successes_per_mtok_*`` =
-    1e6 x successes / tokens of all episodes; ``extra_tokens_pct`` = 100
-    (mean perturbed / mean clean - 1); ``spm_change_pct`` = 100 (perturbed
-    / clean successes per million tokens - 1).  The clean side is every
-    clean episode of the same model(s) and suite.  Empty when no episode
-    recorded token usage.
+    Per (model, suite, level) over the pairs with known token usage on both
+    sides: ``tokens_per_success_*`` = mean (and median) tokens of the
+    successful clean partners / successful perturbed episodes;
+    ``successes_per_mtok_*`` = 1e6 x successes / tokens of all the pairs'
+    clean (perturbed) episodes; ``extra_tokens_pct`` = 100 (mean perturbed /
+    mean clean - 1); ``spm_change_pct`` = 100 (perturbed / clean successes
+    per million tokens - 1).  ``n_pairs`` counts the pairs used and
+    ``n_unknown`` those left out for unknown usage.  Levels: ``all
+    perturbed`` (12 families), each family, each inserted object.  Empty
+    when no pair has known token usage.
     """
     import pandas as pd
 
-    d = scored(df).copy()
-    d["tokens"] = tokens(d)
-    d["ok"] = d["success"].map(lambda v: bool(v))
-    cols = ["model", "suite", "family", "tokens_per_success_clean", "tokens_per_success_pert",
-            "median_tokens_per_success_clean", "median_tokens_per_success_pert", "extra_tokens_pct",
-            "successes_per_mtok_clean", "successes_per_mtok_pert", "spm_change_pct", "n_success_clean",
-            "n_success_pert"]
-    if not len(d) or not (d["tokens"] > 0).any():
+    cols = ["model", "suite", "baseline", "level_kind", "family", "tokens_per_success_clean",
+            "tokens_per_success_pert", "median_tokens_per_success_clean", "median_tokens_per_success_pert",
+            "extra_tokens_pct", "successes_per_mtok_clean", "successes_per_mtok_pert", "spm_change_pct",
+            "n_success_clean", "n_success_pert", "n_pairs", "n_unknown"]
+    pr = as_pairs(df)
+    if not len(pr) or not (pr["tokens_clean"].notna() & pr["tokens_pert"].notna()).any():
         return pd.DataFrame(columns=cols)
-    d = _pooled(d)
     out: list[dict[str, Any]] = []
-    for (model, suite), g in d.groupby(["model", "suite"], sort=True):
-        c = g[g["family"] == CLEAN]
-        pert = g[g["family"] != CLEAN]
-        levels = [(ALL_PERTURBED, pert)] + [(f, h) for f, h in pert.groupby("family", sort=True)]
-        cs = c[c["ok"]]["tokens"]
-        spm_c = 1e6 * len(cs) / c["tokens"].sum() if c["tokens"].sum() > 0 else float("nan")
-        for fam, p in levels:
-            ps = p[p["ok"]]["tokens"]
-            spm_p = 1e6 * len(ps) / p["tokens"].sum() if p["tokens"].sum() > 0 else float("nan")
-            mc = float(cs.mean()) if len(cs) else float("nan")
-            mp = float(ps.mean()) if len(ps) else float("nan")
-            out.append({"model": model, "suite": suite, "family": fam,
-                        "tokens_per_success_clean": mc, "tokens_per_success_pert": mp,
-                        "median_tokens_per_success_clean": float(cs.median()) if len(cs) else float("nan"),
-                        "median_tokens_per_success_pert": float(ps.median()) if len(ps) else float("nan"),
-                        "extra_tokens_pct": 100.0 * (mp / mc - 1.0) if mc > 0 else float("nan"),
-                        "successes_per_mtok_clean": spm_c, "successes_per_mtok_pert": spm_p,
-                        "spm_change_pct": 100.0 * (spm_p / spm_c - 1.0) if spm_c > 0 else float("nan"),
-                        "n_success_clean": int(len(cs)), "n_success_pert": int(len(ps))})
+    for (model, suite), g in _with_pooled(pr).groupby(["model", "suite"], sort=True):
+        for kind, lev, h in _levels(g, by_kind=False):
+            known = h["tokens_clean"].notna() & h["tokens_pert"].notna()
+            k = h[known]
+            if not len(k):
+                continue
+            row: dict[str, Any] = {"model": model, "suite": suite, "baseline": bool(k["baseline"].all()),
+                                   "level_kind": kind, "family": lev}
+            means = {}
+            for side in ("clean", "pert"):
+                ok = k[f"success_{side}"].to_numpy(bool)
+                tok = k[f"tokens_{side}"].to_numpy(float)
+                total = float(tok.sum())
+                means[side] = float(tok[ok].mean()) if ok.any() else float("nan")
+                row[f"tokens_per_success_{side}"] = means[side]
+                row[f"median_tokens_per_success_{side}"] = float(np.median(tok[ok])) if ok.any() else float("nan")
+                row[f"successes_per_mtok_{side}"] = 1e6 * int(ok.sum()) / total if total > 0 else float("nan")
+                row[f"n_success_{side}"] = int(ok.sum())
+            mc, spm_c = means["clean"], row["successes_per_mtok_clean"]
+            row["extra_tokens_pct"] = 100.0 * (means["pert"] / mc - 1.0) if mc > 0 else float("nan")
+            row["spm_change_pct"] = 100.0 * (row["successes_per_mtok_pert"] / spm_c - 1.0) \
+                if spm_c > 0 else float("nan")
+            row["n_pairs"], row["n_unknown"] = int(len(k)), int((~known).sum())
+            out.append(row)
     return pd.DataFrame(out, columns=cols)
 
 
-def rollout_ratios(pairs: pd.DataFrame) -> pd.DataFrame:
+def rollout_ratios(df: pd.DataFrame) -> pd.DataFrame:
     """Per-pair perturbed/clean ratios of tool calls, turns, input and output tokens.
 
-    Per (model, suite, metric): median and IQR (q1, q3) of the ratios as the
-    summary, mean and SD (ddof 1) as tail diagnostics, and a Wilcoxon
-    signed-rank test of perturbed vs clean values over the same pairs.
-    Pairs whose clean value is 0 or missing have no ratio and are left out.
+    Per (model, suite, level, metric), levels being the 12 families pooled
+    (``overall``), each type, each target and each inserted object: median
+    and IQR (q1, q3) of the ratios as the summary, mean and SD (ddof 1) as
+    tail diagnostics, and a Wilcoxon signed-rank test of perturbed vs clean
+    values over the same pairs.  Pairs whose clean value is 0 or whose usage
+    is unknown have no ratio and are left out (``n_unknown``).
     """
     import pandas as pd
 
-    cols = ["model", "suite", "metric", "n_pairs", "median", "q1", "q3", "mean", "sd", "statistic", "p_value"]
+    cols = ["model", "suite", "baseline", "level_kind", "level", "metric", "n_pairs", "n_unknown", "median", "q1",
+            "q3", "mean", "sd", "statistic", "p_value"]
     out: list[dict[str, Any]] = []
-    if len(pairs):
-        for (model, suite), g in _pooled(pairs).groupby(["model", "suite"], sort=True):
-            for metric in RATIO_METRICS:
-                c = g[f"{metric}_clean"].to_numpy(float)
-                p = g[f"{metric}_pert"].to_numpy(float)
-                ok = np.isfinite(c) & np.isfinite(p) & (c > 0)
-                if not ok.any():
-                    continue
-                r = p[ok] / c[ok]
-                t = signed_rank(c[ok], p[ok])
-                out.append({"model": model, "suite": suite, "metric": metric, "n_pairs": int(ok.sum()),
-                            "median": float(np.median(r)), "q1": float(np.percentile(r, 25)),
-                            "q3": float(np.percentile(r, 75)), "mean": float(r.mean()),
-                            "sd": float(r.std(ddof=1)) if len(r) > 1 else float("nan"),
-                            "statistic": t.statistic, "p_value": t.p_value})
+    pr = as_pairs(df)
+    if len(pr):
+        for (model, suite), g in _with_pooled(pr).groupby(["model", "suite"], sort=True):
+            for kind, lev, h in _levels(g, by_kind=True):
+                for metric in RATIO_METRICS:
+                    c = h[f"{metric}_clean"].to_numpy(float)
+                    p = h[f"{metric}_pert"].to_numpy(float)
+                    ok = np.isfinite(c) & np.isfinite(p) & (c > 0)
+                    if not ok.any():
+                        continue
+                    r = p[ok] / c[ok]
+                    t = signed_rank(c[ok], p[ok])
+                    out.append({"model": model, "suite": suite, "baseline": bool(h["baseline"].all()),
+                                "level_kind": kind, "level": lev, "metric": metric, "n_pairs": int(ok.sum()),
+                                "n_unknown": int((~ok).sum()), "median": float(np.median(r)),
+                                "q1": float(np.percentile(r, 25)), "q3": float(np.percentile(r, 75)),
+                                "mean": float(r.mean()), "sd": float(r.std(ddof=1)) if len(r) > 1 else float("nan"),
+                                "statistic": t.statistic, "p_value": t.p_value})
     return pd.DataFrame(out, columns=cols)
 
 
-def edit_magnitude(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Per tool-contract operator (target ``tool``): n, paired drop and delta cost.
+def edit_magnitude(df: pd.DataFrame) -> pd.DataFrame:
+    """Per tool-contract operator (the ``tool-*`` families): n, paired drop in points, delta cost.
 
-    ``mean_paired_drop`` = mean (reward_clean - reward_pert); ``relative_drop``
-    = 100 x that / mean clean reward of the same pairs; ``delta_tokens`` =
-    mean (tokens_pert - tokens_clean); ``delta_tool_calls`` likewise.  Pooled
-    over models, per suite.
+    Per (suite, operator), pooled over the real models: ``n_pairs``;
+    ``drop_pp`` = 100 x mean (reward_clean - reward_pert), in points;
+    ``delta_tokens`` and ``delta_tool_calls`` = mean (perturbed - clean)
+    over the pairs whose clean and perturbed trajectories both succeeded
+    (``n_success_pairs``), tokens over those with known usage
+    (``n_unknown`` left out).  Inserted objects (a planted fake tool, an
+    injection) are not tool-contract edits and are not listed.
     """
     import pandas as pd
 
-    cols = ["suite", "operator", "family", "n_pairs", "mean_paired_drop", "relative_drop", "delta_tokens",
-            "delta_tool_calls"]
+    cols = ["suite", "operator", "family", "n_pairs", "drop_pp", "n_success_pairs", "delta_tokens",
+            "delta_tool_calls", "n_unknown"]
     out: list[dict[str, Any]] = []
-    if len(pairs):
-        t = pairs[pairs["target"] == "tool"]
+    pr = as_pairs(df)
+    if len(pr):
+        t = pooled(pr)
+        t = t[t["family"].isin(FAMILIES) & (t["target"] == "tool")]
         for (suite, op), g in t.groupby(["suite", "operator"], sort=True):
-            c = float(g["reward_clean"].mean())
+            both = g[g["success_clean"].astype(bool) & g["success_pert"].astype(bool)]
+            dt = (both["tokens_pert"] - both["tokens_clean"]).dropna()
+            dc = (both["tool_calls_pert"] - both["tool_calls_clean"]).dropna()
             out.append({"suite": suite, "operator": op, "family": ",".join(sorted(g["family"].unique())),
-                        "n_pairs": int(len(g)), "mean_paired_drop": float(g["delta"].mean()),
-                        "relative_drop": 100.0 * float(g["delta"].mean()) / c if c else float("nan"),
-                        "delta_tokens": float((g["tokens_pert"] - g["tokens_clean"]).mean()),
-                        "delta_tool_calls": float((g["tool_calls_pert"] - g["tool_calls_clean"]).mean())})
+                        "n_pairs": int(len(g)), "drop_pp": 100.0 * float(g["delta"].mean()),
+                        "n_success_pairs": int(len(both)),
+                        "delta_tokens": float(dt.mean()) if len(dt) else float("nan"),
+                        "delta_tool_calls": float(dc.mean()) if len(dc) else float("nan"),
+                        "n_unknown": int(len(both) - len(dt))})
     return pd.DataFrame(out, columns=cols)

@@ -1,4 +1,4 @@
-"""Degradation, marginal effects, malleability, compliance and paired tests (DESIGN.md section 4).
+"""Degradation, marginal effects, malleability, compliance and paired tests (docs/design.md section 4).
 
 All functions are pure: they take the normalised episode table (or its
 :func:`~.table.pairs`) and return DataFrames.  Scores are mean rewards;
@@ -13,14 +13,16 @@ import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
 from .stats import N_BOOTSTRAP, bootstrap_weights, mcnemar, percentile_interval, signed_rank
-from .table import scored
+from .table import DROP_REASONS, describe_drops, pairing_audit, pairs, pooled, pooled_models, scored
 
 if TYPE_CHECKING:
     import pandas as pd
 
 ALL_MODELS = "all models"
-DROP_COLUMNS = ["model", "suite", "level_kind", "level", "clean", "perturbed", "relative_drop",
-                "ci_low", "ci_high", "n_tasks", "n_perturbed"]
+DROP_COLUMNS = ["model", "suite", "baseline", "level_kind", "level", "clean", "perturbed", "relative_drop",
+                "ci_low", "ci_high", "n_models", "n_tasks", "n_perturbed", "n_pairs", "n_dropped",
+                *(f"dropped_{r}" for r in DROP_REASONS), "dropped_why"]
+_KINDS = (("overall", None), ("target", "target"), ("type", "type"), ("family", "family"))
 
 
 def relative_degradation(clean: float, perturbed: float) -> float:
@@ -30,88 +32,131 @@ def relative_degradation(clean: float, perturbed: float) -> float:
     return 100.0 * (clean - perturbed) / clean
 
 
-def _levels(d: pd.DataFrame) -> list[tuple[str, str]]:
-    fams = [f for f in d["family"].unique() if f != CLEAN]
-    order = [f for f in FAMILIES if f in fams] + sorted(f for f in fams if f not in FAMILIES)
-    tgts = [t for t in TARGETS if t in set(d["target"])]
-    typs = [k for k in TYPES if k in set(d["type"])]
-    return ([("overall", "all")] + [("target", t) for t in tgts] + [("type", k) for k in typs]
-            + [("family", f) for f in order])
+def _levels(fams: set[str]) -> list[tuple[str, str]]:
+    order = [f for f in FAMILIES if f in fams] + sorted(f for f in fams if f not in FAMILIES and f != CLEAN)
+    in12 = [f for f in FAMILIES if f in fams]
+    tgts = [t for t in TARGETS if any(f.startswith(t + "-") for f in in12)]
+    typs = [k for k in TYPES if any(f.endswith("-" + k) for f in in12)]
+    return ([("overall", "all")] if in12 else []) + [("target", t) for t in tgts] + [("type", k) for k in typs] \
+        + [("family", f) for f in order]
 
 
-def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
-    """Relative degradation overall, per target, per type and per family, with bootstrap intervals.
+def _level_rows(t: pd.DataFrame, li: dict[tuple[str, str], int]) -> tuple[np.ndarray, np.ndarray]:
+    """(row index, level index) of every (row, level) a pair or audit row counts towards.
 
-    For model m on suite b: C = mean clean reward, P = mean reward of the
-    perturbed episodes at that level (all 12 families, one target, one type
-    or one family; inserted objects get family-level rows only),
-    D = 100 (C - P) / C.  The interval is a 95 % percentile
-    interval of D over a cluster bootstrap of tasks: each replicate draws
-    the suite's tasks with replacement (one draw shared by all models, so a
-    resampled task keeps all its models) and recomputes C and P from the
-    drawn tasks' episodes.  Rows with model ``"all models"`` pool the suite:
-    C and P are the means over models of C_m and P_m, and D is computed from
-    those means (the paper's suite average).
+    Overall, target and type levels pool the 12 families; inserted objects
+    count towards their own family level only.
+    """
+    in12 = t["family"].isin(FAMILIES).to_numpy()
+    rows, levs = [], []
+    for kind, col in _KINDS:
+        sel = np.ones(len(t), bool) if kind == "family" else in12
+        labels = ["all"] * len(t) if col is None else list(t[col].to_numpy())
+        lv = np.array([li.get((kind, lab), -1) if s else -1 for lab, s in zip(labels, sel)], dtype=int)
+        ok = lv >= 0
+        rows.append(np.flatnonzero(ok))
+        levs.append(lv[ok])
+    return np.concatenate(rows), np.concatenate(levs)
+
+
+def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, level: float = 0.95,
+          paired: pd.DataFrame | None = None, audit: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Relative degradation overall, per target, per type and per family, paired, with bootstrap intervals.
+
+    Every comparison is paired (docs/design.md section 4): for model m on
+    suite b at a level (the 12 families, one target, one type, or one family
+    or inserted object), C = mean clean reward and P = mean perturbed reward
+    over the same pairs (:func:`~.table.pairs`: a scored perturbed episode
+    and the scored clean episode of its task), D = 100 (C - P) / C.  A task
+    whose variant is missing, or whose clean or perturbed episode is
+    unscored, contributes nothing to that comparison; the ``n_pairs`` and
+    ``dropped_*`` columns say how many pairs each row rests on and how many
+    were left out, and why (:func:`~.table.pairing_audit`).  The interval is
+    a 95 % percentile interval of D over a cluster bootstrap of tasks: each
+    replicate draws the suite's tasks with replacement (one draw shared by
+    all models, so a resampled task keeps all its models) and recomputes C
+    and P from the drawn tasks' pairs.  Rows with model ``"all models"``
+    pool the suite: C and P are the means over the models that have pairs
+    at that level of C_m and P_m, and D is computed from those means (the
+    paper's suite average); baselines stay out of them whenever a
+    non-baseline model is in the table.  ``paired`` and ``audit`` take
+    :func:`~.table.pairs` and :func:`~.table.pairing_audit` of ``df`` when
+    the caller has them already.
     """
     import pandas as pd
 
-    d = scored(df)
+    pr = pairs(df) if paired is None else paired
+    audit = pairing_audit(df) if audit is None else audit
+    real = set(pooled_models(df))
+    base_of = df.groupby("model")["baseline"].any().to_dict() if len(df) else {}
     out: list[dict[str, object]] = []
     rng = np.random.default_rng(seed)
-    for suite, g in d.groupby("suite", sort=True):
+    for suite in sorted(set(pr["suite"])) if len(pr) else []:
+        g = pr[pr["suite"] == suite]
+        au = audit[audit["suite"] == suite]
         tasks = sorted(g["task"].unique())
         models = sorted(g["model"].unique())
-        levels = _levels(g)
+        levels = _levels(set(g["family"]))
         ti = {t: i for i, t in enumerate(tasks)}
         mi = {m: i for i, m in enumerate(models)}
         li = {lv: i for i, lv in enumerate(levels)}
         nm, nt, nl = len(models), len(tasks), len(levels)
-        csum, ccnt = np.zeros((nm, nt)), np.zeros((nm, nt))
-        psum, pcnt = np.zeros((nm, nt, nl)), np.zeros((nm, nt, nl))
-        m_idx = g["model"].map(mi).to_numpy()
-        t_idx = g["task"].map(ti).to_numpy()
-        rew = g["reward"].to_numpy(dtype=float)
-        is_clean = (g["family"] == CLEAN).to_numpy()
-        np.add.at(csum, (m_idx[is_clean], t_idx[is_clean]), rew[is_clean])
-        np.add.at(ccnt, (m_idx[is_clean], t_idx[is_clean]), 1.0)
-        # overall, target and type levels pool the 12 families; inserted objects only get family rows
-        in_families = g["family"].isin(FAMILIES).to_numpy()
-        for kind, col in (("overall", None), ("target", "target"), ("type", "type"), ("family", "family")):
-            pm = ~is_clean if kind == "family" else in_families
-            labels = ["all"] * int(pm.sum()) if col is None else list(g[col].to_numpy()[pm])
-            l_idx = np.array([li.get((kind, lab), -1) for lab in labels], dtype=int)
-            ok = l_idx >= 0
-            np.add.at(psum, (m_idx[pm][ok], t_idx[pm][ok], l_idx[ok]), rew[pm][ok])
-            np.add.at(pcnt, (m_idx[pm][ok], t_idx[pm][ok], l_idx[ok]), 1.0)
+        csum, psum, cnt = np.zeros((nm, nt, nl)), np.zeros((nm, nt, nl)), np.zeros((nm, nt, nl))
+        r, lv = _level_rows(g, li)
+        m_idx = g["model"].map(mi).to_numpy()[r]
+        t_idx = g["task"].map(ti).to_numpy()[r]
+        np.add.at(csum, (m_idx, t_idx, lv), g["reward_clean"].to_numpy(float)[r])
+        np.add.at(psum, (m_idx, t_idx, lv), g["reward_pert"].to_numpy(float)[r])
+        np.add.at(cnt, (m_idx, t_idx, lv), 1.0)
+        # what the pairing left out, per model and level
+        counts = np.zeros((nm, nl, 1 + len(DROP_REASONS)))
+        au = au[au["model"].isin(mi)]
+        if len(au):
+            r, lv = _level_rows(au, li)
+            vals = au[["n_episodes", *DROP_REASONS]].to_numpy(float)[r]
+            np.add.at(counts, (au["model"].map(mi).to_numpy()[r], lv), vals)
+        pool = np.array([m in real for m in models])
         w = bootstrap_weights(nt, replicates, rng)
         with np.errstate(invalid="ignore", divide="ignore"):
-            c = csum.sum(1) / ccnt.sum(1)                                   # (m,)
-            p = psum.sum(1) / pcnt.sum(1)                                   # (m, l)
-            cb = (w @ csum.T) / (w @ ccnt.T)                                # (b, m)
-            pb = np.einsum("bt,mtl->bml", w, psum) / np.einsum("bt,mtl->bml", w, pcnt)
-            db = 100.0 * (cb[:, :, None] - pb) / cb[:, :, None]
-            pool_c, pool_p = _nanmean0(c), _nanmean0(p)
-            pool_cb, pool_pb = _nanmean1(cb), _nanmean1(pb)
-            pool_db = 100.0 * (pool_cb[:, None] - pool_pb) / pool_cb[:, None]
+            n = cnt.sum(1)                                                   # (m, l)
+            c, p = csum.sum(1) / n, psum.sum(1) / n
+            nb = np.einsum("bt,mtl->bml", w, cnt)
+            cb = np.einsum("bt,mtl->bml", w, csum) / nb
+            pb = np.einsum("bt,mtl->bml", w, psum) / nb
+            db = 100.0 * (cb - pb) / cb
+            pool_c, pool_p = _nanmean0(c[pool]), _nanmean0(p[pool])
+            pool_cb, pool_pb = _nanmean1(cb[:, pool]), _nanmean1(pb[:, pool])
+            pool_db = 100.0 * (pool_cb - pool_pb) / pool_cb
         lo, hi = percentile_interval(db, level)
         plo, phi = percentile_interval(pool_db, level)
-        n_tasks = (ccnt > 0).sum(1)
         for m, model in enumerate(models):
             for j, (kind, lab) in enumerate(levels):
-                if pcnt[m, :, j].sum() == 0:
+                if n[m, j] == 0:
                     continue
-                out.append({"model": model, "suite": suite, "level_kind": kind, "level": lab,
-                            "clean": float(c[m]), "perturbed": float(p[m, j]),
-                            "relative_drop": relative_degradation(float(c[m]), float(p[m, j])),
-                            "ci_low": float(lo[m, j]), "ci_high": float(hi[m, j]),
-                            "n_tasks": int(n_tasks[m]), "n_perturbed": int(pcnt[m, :, j].sum())})
+                out.append({"model": model, "suite": suite, "baseline": bool(base_of.get(model, False)),
+                            "level_kind": kind, "level": lab, "clean": float(c[m, j]), "perturbed": float(p[m, j]),
+                            "relative_drop": relative_degradation(float(c[m, j]), float(p[m, j])),
+                            "ci_low": float(lo[m, j]), "ci_high": float(hi[m, j]), "n_models": 1,
+                            "n_tasks": int((cnt[m, :, j] > 0).sum()), "n_pairs": int(n[m, j]),
+                            **_dropped(counts[m, j])})
         for j, (kind, lab) in enumerate(levels):
-            out.append({"model": ALL_MODELS, "suite": suite, "level_kind": kind, "level": lab,
-                        "clean": float(pool_c), "perturbed": float(pool_p[j]),
-                        "relative_drop": relative_degradation(float(pool_c), float(pool_p[j])),
-                        "ci_low": float(plo[j]), "ci_high": float(phi[j]), "n_tasks": nt,
-                        "n_perturbed": int(pcnt[:, :, j].sum())})
+            have = pool & (n[:, j] > 0)
+            if not have.any():
+                continue
+            out.append({"model": ALL_MODELS, "suite": suite, "baseline": all(base_of.get(m, False) for m in real),
+                        "level_kind": kind, "level": lab, "clean": float(pool_c[j]), "perturbed": float(pool_p[j]),
+                        "relative_drop": relative_degradation(float(pool_c[j]), float(pool_p[j])),
+                        "ci_low": float(plo[j]), "ci_high": float(phi[j]), "n_models": int(have.sum()),
+                        "n_tasks": int((cnt[have, :, j].sum(0) > 0).sum()), "n_pairs": int(n[have, j].sum()),
+                        **_dropped(counts[have, j].sum(0))})
     return pd.DataFrame(out, columns=DROP_COLUMNS)
+
+
+def _dropped(counts: np.ndarray) -> dict[str, object]:
+    """``n_perturbed``, ``n_dropped``, ``dropped_<reason>`` and ``dropped_why`` from [episodes, *reasons]."""
+    by = {r: int(v) for r, v in zip(DROP_REASONS, counts[1:])}
+    return {"n_perturbed": int(counts[0]), "n_dropped": sum(by.values()),
+            **{f"dropped_{r}": v for r, v in by.items()}, "dropped_why": describe_drops(by)}
 
 
 def _nanmean0(a: np.ndarray) -> np.ndarray:
@@ -139,11 +184,13 @@ def overall(drop_table: pd.DataFrame) -> pd.DataFrame:
 def suite_average(drop_table: pd.DataFrame) -> pd.DataFrame:
     """Per suite: mean clean and mean perturbed score over models, and D of those means.
 
-    D_b = 100 (mean_m C_mb - mean_m P_mb) / mean_m C_mb (DESIGN.md section 4
-    reference check: 70.3 -> 55.0 gives 21.8 %).
+    D_b = 100 (mean_m C_mb - mean_m P_mb) / mean_m C_mb over the real
+    models (baselines only when no model-backed agent ran); the study's
+    Table 1 averages 70.3 -> 55.0 give 21.8 % (docs/design.md section 4).
     """
     t = drop_table[(drop_table["level_kind"] == "overall") & (drop_table["model"] == ALL_MODELS)]
-    return t[["suite", "clean", "perturbed", "relative_drop", "ci_low", "ci_high"]].reset_index(drop=True)
+    return t[["suite", "clean", "perturbed", "relative_drop", "ci_low", "ci_high", "n_models", "n_pairs",
+              "n_dropped"]].reset_index(drop=True)
 
 
 def cells(drop_table: pd.DataFrame, model: str, suite: str) -> pd.DataFrame:
@@ -165,15 +212,16 @@ def marginal_effects(pairs: pd.DataFrame) -> pd.DataFrame:
 
     For model m and target t: mean over pairs (i, f) with f of target t of
     s_mi,clean - s_mif (reward points); ``relative`` divides it by the
-    model's mean clean reward over those pairs (percent).  Rows with model
-    ``"all models"`` pool the pairs of every model.
+    model's mean clean reward over those pairs (percent; equal to D at that
+    level).  Rows with model ``"all models"`` pool the pairs of every real
+    model (baselines only when no model-backed agent ran).
     """
     import pandas as pd
 
     out: list[dict[str, object]] = []
     pairs = pairs[pairs["family"].isin(FAMILIES)]  # inserted objects are not part of a target's family set
     if len(pairs):
-        both = pd.concat([pairs, pairs.assign(model=ALL_MODELS)])
+        both = pd.concat([pairs, pooled(pairs).assign(model=ALL_MODELS)])
         for factor in ("target", "type"):
             for (model, suite, lev), g in both.groupby(["model", "suite", factor], sort=True):
                 c = float(g["reward_clean"].mean())
@@ -191,7 +239,9 @@ def malleability(pairs: pd.DataFrame, by: tuple[str, ...] = ("model", "suite")) 
     flip_rate = pairs whose success differs / pairs; harmful_rate = (clean
     pass -> perturbed fail) / clean passes; beneficial_rate = (clean fail ->
     perturbed pass) / clean fails; mean_abs_delta = mean |reward_clean -
-    reward_pert| (for continuous rewards).
+    reward_pert| (for continuous rewards).  Without ``model`` in ``by``
+    the rates pool the real models (baselines only when no model-backed
+    agent ran).
     """
     import pandas as pd
 
@@ -199,6 +249,8 @@ def malleability(pairs: pd.DataFrame, by: tuple[str, ...] = ("model", "suite")) 
     out: list[dict[str, object]] = []
     if "family" not in by:  # pooled rates are over the 12 families; inserted objects keep their own rows
         pairs = pairs[pairs["family"].isin(FAMILIES)]
+    if "model" not in by:   # pooled over models: real models only
+        pairs = pooled(pairs)
     if len(pairs):
         for key, g in pairs.groupby(list(by), sort=True):
             cp, pp = g["success_clean"].to_numpy(bool), g["success_pert"].to_numpy(bool)
@@ -215,11 +267,14 @@ def compliance(df: pd.DataFrame, by: tuple[str, ...] = ("model", "suite", "famil
     """Compliance rate = compliance / perturbed episodes with a verdict; bypass rate = 1 - it.
 
     Group by family (default) or by ``operator`` (per inserted object).
+    Without ``model`` in ``by`` the rates pool the real models.
     """
     import pandas as pd
 
     d = scored(df)
     d = d[(d["family"] != CLEAN) & d["compliance"].notna()]
+    if "model" not in by:
+        d = pooled(d)
     out: list[dict[str, object]] = []
     for key, g in d.groupby(list(by), sort=True):
         rate = float(g["compliance"].astype(bool).mean())
@@ -230,7 +285,7 @@ def compliance(df: pd.DataFrame, by: tuple[str, ...] = ("model", "suite", "famil
 
 
 def paired_tests(pairs: pd.DataFrame) -> pd.DataFrame:
-    """One paired test per (model, suite, family), plus per (suite, family) over all models.
+    """One paired test per (model, suite, family), plus per (suite, family) over the real models.
 
     McNemar (exact) for a binary suite (every reward 0 or 1), Wilcoxon
     signed-rank on the reward differences for a continuous one.
@@ -241,7 +296,7 @@ def paired_tests(pairs: pd.DataFrame) -> pd.DataFrame:
     if len(pairs):
         binary = {s for s, g in pairs.groupby("suite")
                   if np.isin(g[["reward_clean", "reward_pert"]].to_numpy(float), (0.0, 1.0)).all()}
-        both = pd.concat([pairs, pairs.assign(model=ALL_MODELS)])
+        both = pd.concat([pairs, pooled(pairs).assign(model=ALL_MODELS)])
         for (model, suite, fam), g in both.groupby(["model", "suite", "family"], sort=True):
             c, p = g["reward_clean"].to_numpy(float), g["reward_pert"].to_numpy(float)
             t = mcnemar(c >= 0.5, p >= 0.5) if suite in binary else signed_rank(c, p)

@@ -1,4 +1,7 @@
-"""Awareness (A1-A4) and first-error behaviour (E1-E6) labels (DESIGN.md section 4).
+"""Awareness (A1-A4) and first-error behaviour (E1-E6) labels (docs/design.md section 4).
+
+Labels are given to the pairs the study labels: the clean episode succeeded
+and the perturbed one failed (a harmful flip, :func:`harmful_flips`).
 
 Codes follow the paper: A1 no explicit signal, A2 tentative signal, A3
 sustained problem statement, A4 input-channel attribution (highest reached);
@@ -34,11 +37,27 @@ ASK_USER = "ask_user"
 _HEDGE = re.compile(r"\b(might|may be|maybe|seems?|appears?|not sure|unsure|unclear|possibly|perhaps|"
                     r"i assume|assuming|probably|i think|could be|double-check|confirm)\b", re.I)
 _PROBLEM = re.compile(r"\b(inconsisten\w*|conflict\w*|contradict\w*|discrepan\w*|mismatch\w*|"
-                      r"does(?:n't| not) (?:match|exist)|not (?:provided|specified|given|available|found)|"
+                      r"(?:does|do)(?:n't| not) (?:match|exist)|not (?:provided|specified|given|available|found)|"
                       r"missing|wrong|incorrect|invalid|unknown tool|no such|outdated|error)\b", re.I)
-_CHANNEL = re.compile(r"\b(instructions?|task description|procedure|polic(?:y|ies)|tool (?:description|list|"
-                      r"schema|contract|definition)s?|schema|documentation|earlier (?:conversation|message)s?|"
-                      r"context|notes?|the user (?:said|wrote|asked))\b", re.I)
+# A4 needs an attribution of the problem to an input channel ("the procedure gives a wrong amount",
+# "an inconsistency in the tool description"); a channel merely named ("Following the instructions, ...",
+# "Based on the context, ...") is no signal at all.
+_CH = (r"(?:instructions?|task description|procedures?|polic(?:y|ies)|tool (?:descriptions?|list|schemas?|contract|"
+       r"definitions?|specs?)|schemas?|documentation|(?:earlier|previous|prior) (?:conversation|messages?|turns?)|"
+       r"context|notes?|user(?:'s)? (?:message|request))")
+_FAULT = (r"(?:wrong|incorrect|outdated|out of date|inconsistent|contradictory|misleading|invalid|erroneous|stale|"
+          r"mistaken|conflicting|inaccurate)")
+_CHANNEL = re.compile(
+    rf"\b(?:the|this|that|these|those|your|my)\s+{_CH}\b"
+    rf"(?:\s+(?:for|of|on|about)\s+[\w`'./-]+(?:\s+[\w`'./-]+)?)?\s+(?:"
+    rf"(?:is|are|was|were|seems?|appears?|looks?|must be|might be|may be)\s+(?:to be\s+)?(?:(?!not\b)\w+\s+)?{_FAULT}\b"
+    rf"|(?:contradicts?|conflicts? with|disagrees? with)\b|(?:does|do)(?:n't| not) (?:match|agree)\b"
+    rf"|(?:gives?|lists?|states?|says?|names?|uses?|has|have|contains?)\s+(?:an?\s+|the\s+)?(?:\w+\s+)?{_FAULT}\b"
+    rf"|(?:has|have|contains?)\s+(?:an?\s+)?(?:error|typo|mistake|inconsistency|contradiction)s?\b)"
+    rf"|\b(?:errors?|typos?|mistakes?|inconsistenc(?:y|ies)|contradictions?|discrepanc(?:y|ies)|conflicts?|"
+    rf"mismatch(?:es)?)\s+(?:in|between|with)\s+(?:the\s+)?{_CH}\b"
+    rf"|\b(?:the\s+)?{_CH}\s+and\s+(?:the\s+)?[\w`'./-]+(?:\s+[\w`'./-]+)?\s+(?:contradict|conflict|disagree"
+    rf"|do(?:n't| not) (?:match|agree)|are inconsistent)\b", re.I)
 _ABANDON = re.compile(r"\b(cannot|can't|can not|unable|not possible|impossible|giving up|stop(?:ping)? here)\b",
                       re.I)
 
@@ -101,7 +120,7 @@ def awareness(traj: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     if not texts:
         return "A1", "mechanical"
     problem = [t for t in texts if _PROBLEM.search(t)]
-    if any(_CHANNEL.search(t) for t in problem):
+    if any(_CHANNEL.search(t) for t in texts):
         return "A4", "heuristic"
     if len(problem) >= 2:
         return "A3", "heuristic"
@@ -140,18 +159,39 @@ def behaviour(traj: Sequence[Mapping[str, Any]], family_type: str, canaries: Seq
     return "E2", "heuristic"
 
 
-def label(df: pd.DataFrame, manual: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The table with ``awareness``, ``behaviour`` and their ``*_source`` filled in.
+def harmful_flips(df: pd.DataFrame) -> pd.Series:
+    """Per episode: a scored perturbed episode that failed while its scored clean partner succeeded.
 
-    Clean episodes get no labels; awareness is labelled on every perturbed
-    episode, behaviour on failed perturbed episodes only.  Precedence:
-    manual > recorded > mechanical/heuristic.
+    The clean partner is the clean episode of the same run, model, suite and
+    task (several: success of the majority, as in :func:`~.table.pairs`).
+    """
+    import pandas as pd
+
+    from .table import PAIR_KEY, scored
+
+    d = scored(df)
+    c = d[d["family"] == CLEAN]
+    ok = c.assign(_s=c["success"].map(lambda v: float(bool(v)))).groupby(list(PAIR_KEY))["_s"].mean() >= 0.5
+    passed = set(ok[ok].index)
+    key = df[list(PAIR_KEY)].itertuples(index=False, name=None)
+    flip = [f != CLEAN and not e and r == r and s is not None and not bool(s) and k in passed
+            for f, e, r, s, k in zip(df["family"], df["error"], df["reward"], df["success"], key)]
+    return pd.Series(flip, index=df.index, dtype=bool)
+
+
+def label(df: pd.DataFrame, manual: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The table with ``awareness``, ``behaviour``, their ``*_source`` and ``harmful_flip`` filled in.
+
+    Labels are computed for harmful flips only (the clean episode succeeded,
+    the perturbed one failed); every other episode keeps what the table
+    recorded.  Precedence: manual > recorded > mechanical/heuristic.
     """
     out = df.copy()
+    out["harmful_flip"] = harmful_flips(out)
     aw, aws, be, bes = [], [], [], []
     canaries = out["canaries"] if "canaries" in out.columns else [None] * len(out)
     for row, can in zip(out.itertuples(index=False), canaries):
-        if row.family == CLEAN or row.error:
+        if not row.harmful_flip:
             aw.append(row.awareness or "")
             aws.append("recorded" if row.awareness else "")
             be.append(row.behaviour or "")
@@ -164,13 +204,10 @@ def label(df: pd.DataFrame, manual: pd.DataFrame | None = None) -> pd.DataFrame:
         if row.behaviour:
             be.append(row.behaviour)
             bes.append("recorded")
-        elif row.success is False:
+        else:
             b, s = behaviour(traj, str(row.type), _canaries(can), row.compliance, str(row.target))
             be.append(b)
             bes.append(s)
-        else:
-            be.append("")
-            bes.append("")
     out["awareness"], out["awareness_source"] = aw, aws
     out["behaviour"], out["behaviour_source"] = be, bes
     if manual is not None and len(manual):
@@ -219,16 +256,30 @@ def read_manual(path: str) -> pd.DataFrame:
 
 
 def label_counts(labelled: pd.DataFrame) -> pd.DataFrame:
-    """Counts of each awareness code (perturbed episodes, and failed ones) and behaviour code, per suite."""
+    """Counts of each awareness and behaviour code over the harmful flips, per suite.
+
+    Scope ``harmful flips`` pools the 12 families' flips of the real models
+    (baselines only when no model-backed agent ran); scope ``inserted
+    objects`` counts the inserted objects' flips on their own.  ``of`` is
+    the number of flips in the scope.
+    """
     import pandas as pd
 
-    d = labelled[(labelled["family"] != CLEAN) & (labelled["error"] == "")]
+    from ..model.task import FAMILIES
+    from .table import pooled
+
+    flips = labelled["harmful_flip"] if "harmful_flip" in labelled.columns else harmful_flips(labelled)
+    d = pooled(labelled[flips.astype(bool)])
     out: list[dict[str, Any]] = []
     for suite, g in d.groupby("suite", sort=True):
-        failed = g[g["success"] == False]  # noqa: E712  (object column of bools)
-        for col, codes, base, scope in (("awareness", AWARENESS, g, "perturbed"),
-                                        ("awareness", AWARENESS, failed, "failed"),
-                                        ("behaviour", BEHAVIOUR, failed, "failed")):
+        fam = g[g["family"].isin(FAMILIES)]
+        obj = g[~g["family"].isin(FAMILIES)]
+        for col, codes, base, scope in (("awareness", AWARENESS, fam, "harmful flips"),
+                                        ("behaviour", BEHAVIOUR, fam, "harmful flips"),
+                                        ("awareness", AWARENESS, obj, "inserted objects"),
+                                        ("behaviour", BEHAVIOUR, obj, "inserted objects")):
+            if not len(base):
+                continue
             for code in codes:
                 sel = base[base[col] == code]
                 out.append({"suite": suite, "label": col, "scope": scope, "code": code, "n": int(len(sel)),

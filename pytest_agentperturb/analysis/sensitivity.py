@@ -1,6 +1,7 @@
 """Cross-family sensitivity: do the same tasks and models break under different families?
 
-DESIGN.md section 4.  For model m, task i and family f, the relative paired
+docs/design.md section 4.  Real models only (baselines join only when no
+model-backed agent ran); the 12 families only.  For model m, task i and family f, the relative paired
 change is delta_mif = (s_mif - s_mi,clean) / C_m.  Within each family the
 deltas are ranked over all (m, i); the ranks are regressed on the rank of
 the clean score s_mi,clean with model fixed effects (by Frisch-Waugh-Lovell:
@@ -25,7 +26,7 @@ import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, family_parts
 from .stats import N_BOOTSTRAP, FloatArray, percentile_interval, ranks
-from .table import scored
+from .table import pooled, scored
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -136,7 +137,7 @@ def _group_stats(rho: FloatArray, fams: list[str]) -> dict[str, FloatArray]:
 def cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0,
                  level: float = 0.95) -> list[Sensitivity]:
     """Cross-family correlations per suite (see the module docstring for the estimator)."""
-    d = scored(df)
+    d = pooled(scored(df))
     rng = np.random.default_rng(seed)
     results = []
     for suite, g in d.groupby("suite", sort=True):

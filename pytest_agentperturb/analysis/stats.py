@@ -1,5 +1,5 @@
 """Statistical building blocks: rank correlation with a permutation test, paired tests,
-bootstrap weights and percentile intervals (DESIGN.md section 4).
+bootstrap weights and percentile intervals (docs/design.md section 4).
 
 Everything is vectorised numpy and driven by an explicit ``numpy.random.Generator``
 so that the same seed gives the same numbers.
@@ -7,6 +7,7 @@ so that the same seed gives the same numbers.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -22,14 +23,24 @@ IntArray = npt.NDArray[np.int64]
 N_PERMUTATIONS = 100_000
 #: Default number of bootstrap replicates.
 N_BOOTSTRAP = 2000
+#: Values are rounded to this many decimals before ranking, so that equal values computed by
+#: different arithmetic (2/3 - 1/3 and 1 - 2/3) tie.
+ROUND_DECIMALS = 9
+#: Largest sample whose n! assignments the permutation test can enumerate (10! = 3,628,800).
+MAX_EXACT_N = 10
 _BLOCK = 20_000
 
 
+def rounded(x: npt.ArrayLike) -> FloatArray:
+    """``x`` as floats rounded to :data:`ROUND_DECIMALS` decimals (NaN and inf unchanged)."""
+    return np.asarray(np.round(np.asarray(x, dtype=float), ROUND_DECIMALS), dtype=float)
+
+
 def ranks(x: npt.ArrayLike, axis: int = -1) -> FloatArray:
-    """Average ranks (1-based) along ``axis``; NaN stays NaN and does not take a rank."""
+    """Average ranks (1-based) along ``axis`` of the rounded values; NaN stays NaN and takes no rank."""
     from scipy.stats import rankdata
 
-    a = np.asarray(x, dtype=float)
+    a = rounded(x)
     nan = np.isnan(a)
     r = rankdata(np.where(nan, np.inf, a), method="average", axis=axis)
     return np.where(nan, np.nan, r).astype(float)
@@ -46,25 +57,47 @@ def _pearson_rows(x: FloatArray, y: FloatArray) -> FloatArray:
 
 @dataclass(frozen=True)
 class Correlation:
-    """Spearman rho, its two-sided permutation p-value, and the sample size."""
+    """Spearman rho, its two-sided permutation p-value, the sample size and how p was computed."""
 
     rho: float
     p_value: float
     n: int
     permutations: int
+    exact: bool = False
+
+
+@functools.lru_cache(maxsize=1)
+def all_permutations(n: int) -> npt.NDArray[np.int8]:
+    """Every permutation of ``range(n)`` as rows of an (n!, n) array (n <= :data:`MAX_EXACT_N`)."""
+    if not 0 <= n <= MAX_EXACT_N:
+        raise ValueError(f"cannot enumerate {n}! permutations (at most {MAX_EXACT_N}! supported)")
+    p = np.zeros((1, 0), dtype=np.int8)
+    for k in range(1, n + 1):   # insert k - 1 at every position of each permutation of range(k - 1)
+        m = p.shape[0]
+        out = np.empty((m * k, k), dtype=np.int8)
+        for pos in range(k):
+            blk = out[pos * m:(pos + 1) * m]
+            blk[:, :pos], blk[:, pos], blk[:, pos + 1:] = p[:, :pos], k - 1, p[:, pos:]
+        p = out
+    p.setflags(write=False)
+    return p
 
 
 def spearman_permutation(x: Sequence[float] | npt.ArrayLike, y: Sequence[float] | npt.ArrayLike, *,
-                         permutations: int = N_PERMUTATIONS, rng: np.random.Generator | None = None) -> Correlation:
+                         permutations: int = N_PERMUTATIONS, rng: np.random.Generator | None = None,
+                         exact: bool | None = None) -> Correlation:
     """Spearman's rho with a two-sided permutation test.
 
     rho = Pearson correlation of the average ranks of ``x`` and ``y`` over
-    the pairs where both are finite.  p = (1 + #{|rho*| >= |rho|}) / (1 + B)
-    over B random re-assignments of the ``y`` ranks to the ``x`` ranks
-    (ranks are computed once; permutations are drawn in blocks).  NaN rho
+    the pairs where both are finite (values rounded to
+    :data:`ROUND_DECIMALS` decimals first, so equal values tie).  When
+    ``exact`` (by default: whenever n! <= ``permutations``) every one of the
+    n! assignments of the ``y`` ranks to the ``x`` ranks is enumerated and
+    p = #{|rho*| >= |rho|} / n! exactly; otherwise p = (1 + #{|rho*| >=
+    |rho|}) / (1 + B) over B random assignments (drawn in blocks).  NaN rho
     and p when fewer than 3 pairs remain or either side is constant.
     """
-    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    xa, ya = rounded(x), rounded(y)
     ok = np.isfinite(xa) & np.isfinite(ya)
     xa, ya = xa[ok], ya[ok]
     n = int(len(xa))
@@ -72,13 +105,20 @@ def spearman_permutation(x: Sequence[float] | npt.ArrayLike, y: Sequence[float] 
         return Correlation(float("nan"), float("nan"), n, 0)
     rx, ry = ranks(xa), ranks(ya)
     rho = float(_pearson_rows(rx, ry[None, :])[0])
-    rng = rng if rng is not None else np.random.default_rng(0)
     # Permuting y's ranks leaves both centred sums of squares unchanged, so
     # each permuted rho is one dot product: rho* = (ry*_c . rx_c) / den.
     xc, yc = rx - rx.mean(), ry - ry.mean()
     den = math.sqrt(float((xc * xc).sum() * (yc * yc).sum()))
-    hits, done = 0, 0
     tol = 1e-12
+    if exact if exact is not None else (n <= MAX_EXACT_N and math.factorial(n) <= permutations):
+        perms = all_permutations(n)
+        hits = 0
+        for start in range(0, len(perms), 10 * _BLOCK):
+            r = (yc[perms[start:start + 10 * _BLOCK]] @ xc) / den
+            hits += int((np.abs(r) >= abs(rho) - tol).sum())
+        return Correlation(rho, hits / len(perms), n, len(perms), exact=True)
+    rng = rng if rng is not None else np.random.default_rng(0)
+    hits, done = 0, 0
     while done < permutations:
         k = min(_BLOCK, permutations - done)
         perm = rng.permuted(np.broadcast_to(yc, (k, n)), axis=1)
@@ -148,10 +188,14 @@ def mcnemar(clean_pass: Sequence[bool] | npt.ArrayLike, pert_pass: Sequence[bool
 def signed_rank(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | npt.ArrayLike) -> PairedTest:
     """Wilcoxon signed-rank test of ``pert - clean`` (zero differences dropped).
 
-    Exact distribution for fewer than 50 non-zero differences without ties,
-    normal approximation otherwise; p = 1.0 when every difference is zero.
+    Exact distribution (scipy) for fewer than 50 non-zero differences
+    without ties; otherwise the normal approximation with the tie
+    correction and no continuity correction, computed here in numpy (the
+    same statistic and p as ``scipy.stats.wilcoxon(method="approx")``,
+    without its per-call overhead).  p = 1.0 when every difference is zero.
     """
-    from scipy.stats import wilcoxon
+    from scipy.special import ndtr
+    from scipy.stats import rankdata, wilcoxon
 
     c, p = np.asarray(clean, dtype=float), np.asarray(pert, dtype=float)
     ok = np.isfinite(c) & np.isfinite(p)
@@ -159,10 +203,17 @@ def signed_rank(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | 
     nz = d[d != 0]
     if len(nz) == 0:
         return PairedTest("wilcoxon", 0.0, 1.0, int(len(d)))
-    ties = len(np.unique(np.abs(nz))) < len(nz)
-    method = "approx" if ties or len(nz) >= 50 else "exact"
-    res = wilcoxon(nz, zero_method="wilcox", method=method)
-    return PairedTest("wilcoxon", float(res.statistic), float(res.pvalue), int(len(d)))
+    a = np.abs(nz)
+    _, counts = np.unique(a, return_counts=True)
+    if len(counts) == len(nz) and len(nz) < 50:
+        res = wilcoxon(nz, zero_method="wilcox", method="exact")
+        return PairedTest("wilcoxon", float(res.statistic), float(res.pvalue), int(len(d)))
+    r = rankdata(a)
+    n = float(len(nz))
+    t = min(float(r[nz > 0].sum()), float(r[nz < 0].sum()))
+    se = math.sqrt((n * (n + 1) * (2 * n + 1) - 0.5 * float((counts * (counts * counts - 1.0)).sum())) / 24)
+    z = (t - n * (n + 1) / 4) / se if se > 0 else 0.0
+    return PairedTest("wilcoxon", t, float(2 * ndtr(-abs(z))), int(len(d)))
 
 
 def paired_test(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | npt.ArrayLike) -> PairedTest:

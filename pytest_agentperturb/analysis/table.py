@@ -1,10 +1,13 @@
-"""The episode table as the analysis sees it: normalised columns and clean/perturbed pairs.
+"""The episode table as the analysis sees it: normalised columns, clean/perturbed pairs, populations.
 
 :func:`normalise` turns any episode table (the store's rows, a user's CSV with
 only ``model, suite, task, family, reward``) into one with every
-:data:`~pytest_agentperturb.records.COLUMNS` column and proper dtypes;
-:func:`pairs` joins each perturbed episode with the clean episode of the same
-run, model, suite and task (DESIGN.md section 3: a pair).
+:data:`~pytest_agentperturb.records.COLUMNS` column, proper dtypes and a
+boolean ``baseline`` column; :func:`pairs` joins each scored perturbed
+episode with the scored clean episode(s) of the same run, model, suite and
+task (docs/design.md section 4, "Metrics": the pairing rule), and
+:func:`pairing_audit` counts what the pairing left out and why.
+:func:`pooled` is the population of every real-model aggregate.
 """
 
 from __future__ import annotations
@@ -19,12 +22,18 @@ from ..model.task import CLEAN, FAMILIES, INSERTED, family_parts
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Columns an ``analyze`` input must have (DESIGN.md section 3 names them).
+#: Columns an ``analyze`` input must have (docs/design.md names them).
 REQUIRED: tuple[str, ...] = ("model", "suite", "task", "family", "reward")
 #: Usage counters compared between clean and perturbed episodes.
 USAGE: tuple[str, ...] = ("input_tokens", "output_tokens", "reasoning_tokens", "tool_calls", "turns")
 #: Key that pairs a perturbed episode with its clean episode.
 PAIR_KEY: tuple[str, ...] = ("run_id", "model", "suite", "task")
+#: Fallback for tables without a ``baseline`` column: reference agents' model names start with this.
+BASELINE_PREFIX = "reference/"
+#: Why a perturbed episode or a clean score stayed out of a comparison (columns of :func:`pairing_audit`).
+DROP_REASONS: tuple[str, ...] = ("clean_error", "perturbed_error", "no_clean", "no_variant")
+DROP_LABELS: dict[str, str] = {"clean_error": "clean error", "perturbed_error": "perturbed error",
+                               "no_clean": "no clean episode", "no_variant": "variant missing"}
 _NUMERIC = ("reward", "seed", "cost_usd", "wall_s", *USAGE)
 
 
@@ -50,12 +59,20 @@ def parse_bool(x: Any) -> bool | None:
     raise ValueError(f"not a boolean: {x!r}")
 
 
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
+
+
 def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episode table") -> pd.DataFrame:
-    """Every :data:`COLUMNS` column, typed; derives what a short table lacks.
+    """Every :data:`COLUMNS` column, typed, plus ``baseline``; derives what a short table lacks.
 
     ``target``/``type`` come from ``family``; ``success`` (when absent or
     blank) is ``reward >= threshold``; ``error``, ``operator``, labels and
-    ``run_id`` default to empty strings, usage counters to NaN.
+    ``run_id`` default to empty strings; usage counters and ``reward``
+    default to NaN (blank cells too: unknown usage is NULL, never 0).
+    ``baseline`` is the table's ``baseline`` column where given; where that
+    column is absent (or a cell is blank) it falls back to the model name
+    starting with ``reference/`` (the offline reference agents).
 
     Raises:
         AgentPerturbError: naming ``source``, the column and the bad value.
@@ -66,13 +83,14 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     if missing:
         raise AgentPerturbError(
             f"{source}: missing column(s) {', '.join(missing)}; an episode table needs at least "
-            f"{', '.join(REQUIRED)} (optional: {', '.join(c for c in COLUMNS if c not in REQUIRED)})")
+            f"{', '.join(REQUIRED)} (optional: {', '.join(c for c in COLUMNS if c not in REQUIRED)}, baseline)")
     out = df.copy()
     for c in COLUMNS:
         if c not in out.columns:
             out[c] = None
     for c in ("run_id", "model", "suite", "task", "family", "operator", "error", "awareness", "behaviour"):
         out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    out["error"] = out["error"].str.strip()
     # known ids (families, clean, built-in inserted objects) decide target/type; other
     # object ids keep what the table says, or "object"
     known = {*FAMILIES, CLEAN, *INSERTED}
@@ -81,8 +99,9 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     out["type"] = [family_parts(f)[1] if f in known else (k or "object")
                    for f, k in zip(out["family"], out["type"].fillna(""))]
     for c in _NUMERIC:
+        col = out[c].map(lambda v: None if _blank(v) else v)
         try:
-            out[c] = pd.to_numeric(out[c], errors="raise").astype(float)
+            out[c] = pd.to_numeric(col, errors="raise").astype(float)
         except (ValueError, TypeError) as exc:
             raise AgentPerturbError(f"{source}: column {c!r} must be numeric ({exc})") from None
     for c in ("success", "compliance"):
@@ -94,6 +113,16 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     out.loc[need, "success"] = pd.Series(out.loc[need, "reward"] >= threshold, dtype=object)
     out["trajectory"] = out["trajectory"].map(lambda v: "[]" if v is None or v == "" or (
         isinstance(v, float) and math.isnan(v)) else v)
+    derived = [m.startswith(BASELINE_PREFIX) for m in out["model"]]
+    if "baseline" in out.columns:
+        try:
+            given = [parse_bool(v) for v in out["baseline"]]
+        except ValueError as exc:
+            raise AgentPerturbError(f"{source}: column 'baseline': {exc}; use true/false or 1/0") from None
+        out["baseline"] = [d if g is None else g for g, d in zip(given, derived)]
+    else:
+        out["baseline"] = derived
+    out["baseline"] = out["baseline"].astype(bool)
     return out[[*COLUMNS, *[c for c in out.columns if c not in COLUMNS]]]
 
 
@@ -103,18 +132,57 @@ def scored(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def tokens(df: pd.DataFrame) -> pd.Series:
-    """Total tokens of each episode: input + output (+ reasoning where recorded)."""
-    return df["input_tokens"].fillna(0) + df["output_tokens"].fillna(0) + df["reasoning_tokens"].fillna(0)
+    """Tokens of each episode: input + output; NaN (unknown) when either is unknown.
+
+    Output tokens are the provider's completion tokens, which already include
+    the reasoning tokens, so ``reasoning_tokens`` is never added again.
+    """
+    return df["input_tokens"] + df["output_tokens"]
+
+
+def pooled_models(df: pd.DataFrame) -> list[str]:
+    """Models of real-model aggregates: the non-baseline models when the table has any, else every model."""
+    if not len(df):
+        return []
+    if "baseline" not in df.columns:
+        return sorted(str(m) for m in df["model"].unique())
+    base = df.groupby("model", sort=True)["baseline"].any()
+    real = [str(m) for m, b in base.items() if not b]
+    return real or [str(m) for m in base.index]
+
+
+def pooled(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``df`` (episodes or pairs) that enter real-model aggregates ("all models", suite average).
+
+    Baselines (``baseline`` true) are left out whenever the table holds at
+    least one non-baseline model; a table of baselines only pools them all.
+    """
+    if not len(df) or "baseline" not in df.columns or not df["baseline"].any() or df["baseline"].all():
+        return df
+    return df[~df["baseline"].astype(bool)]
+
+
+def is_pairs(df: pd.DataFrame) -> bool:
+    """Whether ``df`` is a :func:`pairs` table rather than an episode table."""
+    return "reward_clean" in df.columns and "reward_pert" in df.columns
+
+
+def as_pairs(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` if it already is a :func:`pairs` table, else its pairs."""
+    return df if is_pairs(df) else pairs(df)
 
 
 def pairs(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per perturbed episode joined with its clean counterpart.
+    """One row per scored perturbed episode joined with its scored clean counterpart.
 
-    Columns: the pair key, ``family, target, type, operator, compliance``,
-    then ``<x>_clean`` and ``<x>_pert`` for reward, success, tokens and each
-    usage counter, and ``delta = reward_clean - reward_pert`` (the paired
-    drop).  Several clean episodes of one key are averaged (success: mean
-    >= 0.5).  Perturbed episodes without a clean counterpart are dropped.
+    Columns: the pair key, ``baseline, family, target, type, operator,
+    seed, compliance, awareness, behaviour``, then ``<x>_clean`` and
+    ``<x>_pert`` for reward, success, tokens and each usage counter, and
+    ``delta = reward_clean - reward_pert`` (the paired drop).  Several
+    scored clean episodes of one key are averaged (success: mean >= 0.5;
+    usage: mean of the known values).  A perturbed episode whose clean
+    partner is missing or unscored, or which is unscored itself, forms no
+    pair (:func:`pairing_audit` counts them).
     """
     import pandas as pd
 
@@ -123,8 +191,8 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
     d["success_f"] = d["success"].map(lambda v: float(bool(v)) if v is not None else float("nan"))
     vals = ["reward", "success_f", "tokens", *USAGE]
     clean = d[d["family"] == CLEAN].groupby(list(PAIR_KEY), sort=True)[vals].mean().reset_index()
-    pert = d[d["family"] != CLEAN][[*PAIR_KEY, "family", "target", "type", "operator", "seed", "compliance",
-                                    "awareness", "behaviour", *vals]]
+    pert = d[d["family"] != CLEAN][[*PAIR_KEY, "baseline", "family", "target", "type", "operator", "seed",
+                                    "compliance", "awareness", "behaviour", *vals]]
     m = pert.merge(clean, on=list(PAIR_KEY), suffixes=("_pert", "_clean"), how="inner")
     for side in ("clean", "pert"):
         m[f"success_{side}"] = m[f"success_f_{side}"] >= 0.5
@@ -132,3 +200,67 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
     m["delta"] = m["reward_clean"] - m["reward_pert"]
     return m.sort_values([*PAIR_KEY, "family", "seed"], kind="mergesort").reset_index(drop=True) \
         if len(m) else pd.DataFrame(m)
+
+
+def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (run_id, model, suite, task, family): pairs formed and what the pairing left out, and why.
+
+    Columns: the key, ``baseline, target, type, n_episodes`` (perturbed
+    episodes), ``n_pairs`` and one count per :data:`DROP_REASONS`:
+    ``perturbed_error`` (the perturbed episode is unscored), ``no_clean``
+    (no clean episode of the task), ``clean_error`` (every clean episode of
+    the task is unscored), ``no_variant`` (1 on a row of its own when a task
+    with a scored clean episode has no episode of a family that the model
+    ran on other tasks of the run and suite, e.g. a variant skipped by the
+    validity checks: its clean score stays out of that family's comparison).
+    """
+    import numpy as np
+    import pandas as pd
+
+    key = list(PAIR_KEY)
+    cols = [*key, "family", "baseline", "target", "type", "n_episodes", "n_pairs", *DROP_REASONS]
+    if not len(df):
+        return pd.DataFrame(columns=cols)
+    ok = ((df["error"] == "") & df["reward"].notna()).to_numpy()
+    is_clean = (df["family"] == CLEAN).to_numpy()
+    c = df[is_clean].assign(_ok=ok[is_clean]).groupby(key, sort=False)["_ok"].any()
+    p = df[~is_clean].assign(_ok=ok[~is_clean])
+    if not len(p):
+        return pd.DataFrame(columns=cols)
+    kidx = pd.MultiIndex.from_frame(p[key])
+    has_clean = kidx.isin(c.index)
+    clean_ok = np.zeros(len(p), dtype=bool)
+    clean_ok[has_clean] = c.reindex(kidx[has_clean]).to_numpy(dtype=bool)
+    pok = p["_ok"].to_numpy(dtype=bool)
+    p = p.assign(n_episodes=1, perturbed_error=(~pok).astype(int),
+                 no_clean=(pok & ~has_clean).astype(int), clean_error=(pok & has_clean & ~clean_ok).astype(int),
+                 n_pairs=(pok & clean_ok).astype(int), no_variant=0)
+    agg = p.groupby([*key, "family"], sort=True).agg(
+        baseline=("baseline", "first"), target=("target", "first"), type=("type", "first"),
+        n_episodes=("n_episodes", "sum"), n_pairs=("n_pairs", "sum"), perturbed_error=("perturbed_error", "sum"),
+        no_clean=("no_clean", "sum"), clean_error=("clean_error", "sum"), no_variant=("no_variant", "sum"),
+    ).reset_index()
+    # variants missing: tasks with a scored clean episode x families the model ran in that run and suite
+    run = ["run_id", "model", "suite"]
+    have = set(map(tuple, agg[[*key, "family"]].to_numpy().tolist()))
+    fams = agg.groupby(run, sort=False).agg(families=("family", lambda s: sorted(set(s))),
+                                            baseline=("baseline", "first"))
+    parts = {f: (t, k) for f, t, k in agg[["family", "target", "type"]].itertuples(index=False, name=None)}
+    gaps: list[dict[str, Any]] = []
+    for (run_id, model, suite, task), good in c.items():
+        if not good or (run_id, model, suite) not in fams.index:
+            continue
+        fr = fams.loc[(run_id, model, suite)]
+        for f in fr["families"]:
+            if (run_id, model, suite, task, f) not in have:
+                t, k = parts[f]
+                gaps.append({"run_id": run_id, "model": model, "suite": suite, "task": task, "family": f,
+                             "baseline": bool(fr["baseline"]), "target": t, "type": k, "n_episodes": 0,
+                             "n_pairs": 0, "perturbed_error": 0, "no_clean": 0, "clean_error": 0, "no_variant": 1})
+    out = pd.concat([agg, pd.DataFrame(gaps, columns=cols)], ignore_index=True) if gaps else agg
+    return out[cols]
+
+
+def describe_drops(counts: dict[str, int]) -> str:
+    """``"2 clean error, 1 variant missing"`` from reason counts (empty when nothing was dropped)."""
+    return ", ".join(f"{int(counts[r])} {DROP_LABELS[r]}" for r in DROP_REASONS if counts.get(r))

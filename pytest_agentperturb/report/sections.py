@@ -111,7 +111,8 @@ def degradation(a: Analysis) -> str:
         out.append("<details><summary>every level, every model</summary>" + table(
             a.drops[a.drops["suite"] == suite], baselines=baselines(a), cols=[("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
              ("clean C", "clean", "f3"), ("perturbed P", "perturbed", "f3"), ("D", "relative_drop", "pct"),
-             ("95% CI", "ci", "pct"), ("episodes", "n_perturbed", "i")]) + "</details>")
+             ("95% CI", "ci", "pct"), ("episodes", "n_perturbed", "i"), ("pairs", "n_pairs", "i"),
+             ("dropped", "n_dropped", "i"), ("why", "dropped_why", "s")]) + "</details>")
     return "".join(out)
 
 
@@ -163,7 +164,11 @@ def predictors(a: Analysis, has_capability: bool) -> str:
             "per-task D.</p>" + note
             + table(a.predictors, [("suite", "suite", "s"), ("predictor", "predictor", "s"),
                                    ("outcome", "outcome", "s"), ("ρ", "rho", "f3"), ("p", "p_value", "p"),
-                                   ("n", "n", "i")]))
+                                   ("n", "n", "i")])
+            + "<h3>Clean score vs D (biased; not comparable evidence)</h3><p class=muted>C is inside D, so "
+            "this correlation is biased by construction; C and D come from disjoint halves of the tasks.</p>"
+            + table(a.clean_score, [("suite", "suite", "s"), ("ρ", "rho", "f3"), ("p", "p_value", "p"),
+                                    ("n", "n", "i"), ("caveat", "caveat", "s")]))
 
 
 def sensitivity(a: Analysis) -> str:
@@ -194,14 +199,16 @@ def cost(a: Analysis) -> str:
         ("median clean", "median_tokens_per_success_clean", "f0"),
         ("median perturbed", "median_tokens_per_success_pert", "f0"), ("extra tokens", "extra_tokens_pct", "pct"),
         ("successes/Mtok clean", "successes_per_mtok_clean", "f0"),
-        ("successes/Mtok perturbed", "successes_per_mtok_pert", "f0"), ("change", "spm_change_pct", "pct")])
+        ("successes/Mtok perturbed", "successes_per_mtok_pert", "f0"), ("change", "spm_change_pct", "pct"),
+        ("pairs", "n_pairs", "i"), ("unknown usage", "n_unknown", "i")])
     rr = table(a.rollout_ratios, baselines=baselines(a), cols=[
-        ("model", "model", "model"), ("suite", "suite", "s"), ("metric", "metric", "s"), ("pairs", "n_pairs", "i"),
+        ("model", "model", "model"), ("suite", "suite", "s"), ("by", "level_kind", "s"), ("level", "level", "s"),
+        ("metric", "metric", "s"), ("pairs", "n_pairs", "i"), ("no ratio", "n_unknown", "i"),
         ("median ratio", "median", "f3"), ("Q1", "q1", "f3"), ("Q3", "q3", "f3"), ("mean", "mean", "f3"),
         ("SD", "sd", "f3"), ("signed-rank p", "p_value", "p")])
     em = table(a.edit_magnitude, [
         ("suite", "suite", "s"), ("operator", "operator", "s"), ("family", "family", "s"), ("pairs", "n_pairs", "i"),
-        ("mean paired drop", "mean_paired_drop", "f3"), ("relative", "relative_drop", "pct"),
+        ("drop (points)", "drop_pp", "f3"), ("successful pairs", "n_success_pairs", "i"),
         ("Δ tokens", "delta_tokens", "f0"), ("Δ tool calls", "delta_tool_calls", "f3")])
     return (f"<h3>Recovery cost</h3>{rc}<h3>Rollout ratios (perturbed / clean, per pair)</h3>"
             "<p>Median and IQR summarise; mean and SD are tail diagnostics.</p>"
@@ -210,7 +217,8 @@ def cost(a: Analysis) -> str:
 
 def labels(a: Analysis) -> str:
     d = a.labels[a.labels["n"] > 0] if len(a.labels) else a.labels
-    return ("<p>A1 no explicit signal · A2 tentative signal · A3 sustained problem statement · A4 input-channel "
+    return ("<p>Labelled pairs: clean episode passed, perturbed episode failed.</p>"
+            "<p>A1 no explicit signal · A2 tentative signal · A3 sustained problem statement · A4 input-channel "
             "attribution; E1 invented content · E2 requirement omitted · E3 corrupted value propagated · "
             "E4 task abandoned · E5 code defect · E6 judgment reversed. Labels from the epistemic-marker "
             "lexicon are <b>heuristic</b> (counted in the last column); E3 from canaries and E4 from a stop "
