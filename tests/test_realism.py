@@ -260,3 +260,17 @@ def test_any_variant_reads_well_and_is_deterministic(task: Task, family: str, se
     again = ENGINE.make_variant(task, family, seed)
     assert [v.surfaces.render(x) for x in TARGETS] == [again.surfaces.render(x) for x in TARGETS]
     assert v.canaries == again.canaries and v.injections == again.injections
+
+
+def test_the_realism_bench_reports_the_max_frame_share() -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "bench" / "realism.py"), "--seeds", "1-1"], cwd=root,
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(root)}).stdout
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("max_frame_share: ") and 0 < float(last.split()[-1]) <= 0.05
+    assert "keep_obsolete_rule" in out and "suite workflows: 135 variants" in out
