@@ -33,6 +33,9 @@ def test_build_puts_suites_and_prompts_in_the_package(tmp_path: Path) -> None:
         assert sorted(p.name for p in d.iterdir()) == sorted(p.name for p in (ROOT / "suites" / "workflows" / d.name).iterdir())
     assert sorted(p.relative_to(pkg / "prompts") for p in (pkg / "prompts").rglob("*.md")) == \
         sorted(p.relative_to(ROOT / "prompts") for p in (ROOT / "prompts").rglob("*.md"))
+    banks = ROOT / "pytest_agentperturb" / "perturb" / "banks"
+    assert sorted(p.name for p in (pkg / "perturb" / "banks").glob("*.toml")) == \
+        sorted(p.name for p in banks.glob("*.toml")) != []  # the snippet banks the operators draw from
 
 
 def test_source_checkout_finds_its_own_folders(capsys) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,10 @@
 Output is deterministic: same suite, families, seed and generator give a
 byte-identical tree (sorted keys, no timestamps, no absolute paths).
 
+With ``--review review.html``, ``generate`` also writes a page with a seeded
+random sample of the variants (clean and perturbed surface side by side, the
+edit highlighted, operator and canaries named) for a person to read.
+
 ``verify`` re-checks every manifest under a folder: checksums, the clean
 task it came from (by the relative path the manifest records), byte
 identity of grader, solution and non-edited surface files, exactly one
@@ -33,7 +37,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +93,7 @@ class GenerateResult:
     written: list[Path]
     skipped: list[tuple[str, str, str]]  # (task, family, reason)
     errors: list[str]
+    variants: list[tuple[Task, Variant]] = field(default_factory=list)
 
 
 def write_variant(task: Task, variant: Variant, requested_seed: int, dest: Path) -> Path:
@@ -159,6 +164,7 @@ def generate(suite_path: Path, out: Path, families: Sequence[str], seed: int, en
                 continue
             dest = write_variant(task, variant, seed, root / task.id / family)
             result.written.append(dest)
+            result.variants.append((task, variant))
             index["variants"].append({"task": task.id, "family": family, "operator": variant.operator,
                                       "seed": variant.seed, "path": f"{task.id}/{family}"})
     root.mkdir(parents=True, exist_ok=True)
@@ -302,6 +308,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         log.warning("skipped %s %s: %s", task, family, reason)
     log.info("wrote %d variants to %s (%d skipped, %d tasks not loaded)",
              len(res.written), args.out, len(res.skipped), len(res.errors))
+    if args.review:
+        from ..report import write
+        from ..report.review import review_page, sample
+
+        if args.review_size < 1:
+            raise AgentPerturbError(f"--review-size: expected a positive number of variants, got {args.review_size}")
+        picked = sample(res.variants, args.review_size, args.seed)
+        path = write(args.review, review_page(picked, total=len(res.variants), seed=args.seed))
+        log.info("review page with %d of %d variants: %s", len(picked), len(res.variants), path)
     return 1 if res.errors else 0
 
 
@@ -329,6 +344,11 @@ def add_commands(sub: Any) -> None:
     g.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
     g.add_argument("--families", default=None, metavar="LIST",
                    help="comma-separated families and/or inserted objects (default: all)")
+    g.add_argument("--review", default=None, metavar="HTML",
+                   help="also write one self-contained page with a random sample of the variants, clean and "
+                        "perturbed side by side, to read before trusting a run")
+    g.add_argument("--review-size", type=int, default=40, metavar="N",
+                   help="variants on the review page (default: 40; drawn with --seed)")
     g.set_defaults(func=_cmd_generate)
     v = sub.add_parser("verify", help="re-check every variant manifest below a folder; exit 1 on any breach.")
     v.add_argument("folder", help="folder written by 'agentperturb generate'")

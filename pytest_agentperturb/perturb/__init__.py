@@ -4,7 +4,11 @@ See :mod:`.engine` for the rules.  Built-in operators, one module per
 surface: :mod:`.user_ops`, :mod:`.procedure_ops`, :mod:`.context_ops`,
 :mod:`.tool_ops`, plus :mod:`.inserted_ops` for the inserted objects;
 :mod:`.text_ops` holds the fact operators the three text surfaces share and
-:mod:`.helpers` the shared helpers.  Nothing registers itself on import:
+:mod:`.helpers` the shared helpers.  What they write reads like real input:
+:mod:`.world` extracts the task's own entities, :mod:`.decoys` draws wrong
+values from them, :mod:`.phrasing` fits vague phrases and negations to the
+sentence, :mod:`.snippets` fills the data banks (``banks/*.toml``, read by
+:mod:`.bank`), and :mod:`.realism` names the shapes no person would write.  Nothing registers itself on import:
 :func:`builtin_registry` makes a fresh catalog, which a session then extends.
 """
 

@@ -260,17 +260,26 @@ class Engine:
                                  "the task lacks what they edit (see each operator's docstring)"
                                  + (f": {' | '.join(reasons)}" if reasons else ""))
         target = family_parts(family)[0]
+        attempts = 0
         for attempt in range(MAX_ATTEMPTS):
+            if not ops:
+                break
+            attempts += 1
             rng = random.Random(f"{task.key}|{family}|{seed + attempt}")
-            op = rng.choice(ops)
-            try:
-                edit = op.apply(task, rng)
-            except Exception as exc:
-                reasons.append(f"{op.id} (seed {seed + attempt}): failed on this task "
-                               f"({type(exc).__name__}: {exc})"[:300])
-                continue
+            first = rng.choice(ops)
+            edit = None
+            for op in [first, *(o for o in ops if o is not first)]:  # the draw first, then the others in order
+                try:
+                    edit = op.apply(task, rng)
+                except Exception as exc:
+                    reasons.append(f"{op.id} (seed {seed + attempt}): failed on this task "
+                                   f"({type(exc).__name__}: {exc})"[:300])
+                    ops.remove(op)  # it would fail again: later attempts draw among the others
+                    continue
+                if edit is not None:
+                    break
+                reasons.append(f"{op.id} (seed {seed + attempt}): nothing to edit")
             if edit is None:
-                reasons.append(f"{op.id}: nothing to edit")
                 continue
             v = Variant(task=task.key, family=family, operator=op.id, seed=seed + attempt,
                         surfaces=edit.surfaces, canaries=edit.canaries, recovery=edit.recovery,
@@ -280,5 +289,5 @@ class Engine:
             if not problems:
                 return v
             reasons.append(f"{op.id} (seed {seed + attempt}): {'; '.join(problems)}")
-        raise VariantSkipped(f"{task.key} [{family}]: no valid variant after {MAX_ATTEMPTS} attempts: "
+        raise VariantSkipped(f"{task.key} [{family}]: no valid variant after {attempts} attempts: "
                              + " | ".join(reasons))

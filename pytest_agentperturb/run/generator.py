@@ -6,7 +6,9 @@ Per (task, family, seed) the generator model runs three prompt stages from
 judges whether the edited surface really is of the family's type.  The edit
 is applied to the clean surfaces and must pass the same validity checks as
 rule-based variants (:meth:`~..perturb.engine.Engine.check_variant`,
-docs/design.md section 2) plus canary checks.  A rejected candidate is regenerated with the
+docs/design.md section 2) plus canary checks and the known-bad shapes of
+:func:`~..perturb.realism.variant_problems` (a vague phrase in quotes, a
+tell-tale decoy, ...).  A rejected candidate is regenerated with the
 reasons as feedback, up to ``--agentperturb-generator-attempts``; then the
 rule operators take over (logged).  An accepted variant is cached on disk
 under a key made of the task digest, family, seed, generator model and the
@@ -46,6 +48,7 @@ from ..model.records import Canary, Variant
 from ..model.task import CLEAN, TARGETS, Surfaces, Task, Turn, family_parts
 from ..perturb.engine import Engine, clean_variant, surface_diff
 from ..perturb.helpers import omitted_after
+from ..perturb.realism import variant_problems
 from .batcher import Batcher
 
 log = logging.getLogger("pytest_agentperturb.generator")
@@ -253,6 +256,7 @@ def build_variant(task: Task, family: str, seed: int, reply: dict[str, Any], eng
                 canaries=tuple(canaries), recovery=tuple(dict.fromkeys(recovery)), note=str(reply.get("note", ""))[:300])
     v = replace(v, diff=surface_diff(task, target, surfaces))
     problems = engine.check_variant(task, v)
+    problems += [f"reads as an artificial edit, not as real input: {p}" for p in variant_problems(task, v)]
     if problems:
         raise Rejected("; ".join(problems))
     return v
