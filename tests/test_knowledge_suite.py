@@ -11,7 +11,7 @@ import pytest
 from pytest_agentperturb.agents.reference import CarefulAgent, LiteralAgent, OracleAgent
 from pytest_agentperturb.formats.native import load_suite, load_task
 from pytest_agentperturb.formats.native.documents import DOCUMENTS
-from pytest_agentperturb.model.task import FAMILIES, Task
+from pytest_agentperturb.model.task import FAMILIES, Task, sentences
 from pytest_agentperturb.perturb.engine import clean_variant
 from pytest_agentperturb.run import make_engine
 from pytest_agentperturb.run.episode import run_episode_sync
@@ -37,6 +37,8 @@ def test_suite_has_twenty_rubric_graded_document_tasks(tasks: list[Task]) -> Non
         assert any("number" in c for c in spec["check"]) and any("answer_number" in c for c in spec["check"]), t.id
         for surface in ("user", "procedure", "context"):
             assert any(surface in f.surfaces for f in t.facts), f"{t.id}: no fact on {surface}"
+        # dropping the sentence that states a fact must leave a request behind (an empty surface does not load)
+        assert len(sentences(t.surfaces.user)) >= 2, t.id
         assert any(f.domain for f in t.facts), f"{t.id}: no fact with a domain (misattribution, cross-checks)"
         assert t.solution[0].tool.startswith("docs_"), f"{t.id}: the gold solution starts by reading"
         assert {"sheet_record"} <= {s.tool for s in t.solution} <= set(t.tools)
