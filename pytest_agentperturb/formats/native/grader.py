@@ -155,7 +155,7 @@ def within(value: float, expected: float, check: Mapping[str, Any]) -> bool:
 def _tol_text(check: Mapping[str, Any]) -> str:
     if "rel_tolerance" in check:
         return f" ± {float(check['rel_tolerance']) * 100:g} %"
-    return f" ± {check['tolerance']:g}" if "tolerance" in check else ""
+    return f" ± {check['tolerance']:.12g}" if "tolerance" in check else ""
 
 
 def _state_number(v: Any) -> float | None:
@@ -182,7 +182,7 @@ def check_result(c: Mapping[str, Any], state: Mapping[str, Any], answer: str) ->
         nums = answer_numbers(text)
         ok = any(within(v, expected, c) for v in nums)
         where = f" near {c['label']!r}" if "label" in c else ""
-        return f"answer states {expected:g}{_tol_text(c)}{where} (found {nums[:6]!r})"[:200], ok
+        return f"answer states {expected:.12g}{_tol_text(c)}{where} (found {nums[:6]!r})"[:200], ok
     vals = select(state, c["path"])
     p = c["path"]
     if "equals" in c:
@@ -198,7 +198,7 @@ def check_result(c: Mapping[str, Any], state: Mapping[str, Any], answer: str) ->
     if "number" in c:
         got = _state_number(vals[0]) if len(vals) == 1 else None
         ok = got is not None and within(got, float(c["number"]), c)
-        return f"{p} == {c['number']:g}{_tol_text(c)} (found {vals!r})"[:200], ok
+        return f"{p} == {c['number']:.12g}{_tol_text(c)} (found {vals!r})"[:200], ok
     return f"{p} absent (found {len(vals)})", (len(vals) == 0) == bool(c["absent"])
 
 
