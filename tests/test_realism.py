@@ -80,6 +80,8 @@ def test_the_detector_names_every_known_bad_shape(text: str) -> None:
     "Customer-facing outages are raised to the usual priority.",
     "Once a ticket has an owner, do not set its status to in_progress.",
     "Please share the Q3 board report with Helga from the audit firm.",
+    "The old rule (below the hurdle there is no pool) no longer applies to us.",
+    "Below the hurdle there is no pool, but that does not apply to the support team.",
 ])
 def test_the_detector_leaves_good_text_alone(text: str) -> None:
     assert shape_problems(text) == []

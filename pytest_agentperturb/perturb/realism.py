@@ -65,6 +65,8 @@ _NOUN_BEFORE_VAGUE = re.compile(rf"\b(?:{'|'.join(sorted(SLOT_NOUNS))})\s+\"?(?:
 _BROKEN = re.compile(r"\(\s*\)|\s[,;:](?=\s|$)|,\s*[,.;]|\b(?:the|a|an)\s*[.,;:]|[^\S\n]{2,}\S|^\s*[,;.]", re.M)
 _CLUNKY = re.compile(r"\b(?:earlier|from earlier|I mentioned earlier) (?:last|this|next|yesterday|today|"
                      r"earlier)\b", re.I)
+#: Where one clause of a sentence ends: a double negation is two negations in one clause.
+_CLAUSE = re.compile(r"[;()\[\]]|\b(?:but|while|whereas)\b")
 
 
 def shape_problems(text: str) -> list[str]:
@@ -75,7 +77,7 @@ def shape_problems(text: str) -> list[str]:
     if m := _DET_BEFORE_VAGUE.search(text) or _NOUN_BEFORE_VAGUE.search(text):
         out.append(f"a noun phrase followed by a vague noun phrase: {m.group(0)!r}")
     for sent in sentences(text):
-        if negations(sent) > 1:
+        if any(negations(clause) > 1 for clause in _CLAUSE.split(sent)):
             out.append(f"a double negation: {sent.strip()!r}")
     out += [f"a fixed frame used verbatim: {f!r}" for f in OLD_FRAMES if f in text]
     if m := _BROKEN.search(text):

@@ -16,8 +16,9 @@
 
 The loader validates everything it reads and raises :class:`TaskFormatError`
 naming the file, the field, what was expected, what was found and the fix.
-Tools are the office's (:data:`.office.OFFICE`); the grader is the
-declarative one (:class:`.grader.DeclarativeGrader`).
+Tools are the office's (:data:`.office.OFFICE`) and the document tools
+(:data:`.documents.DOCUMENTS`), together :data:`BUILTIN_TOOLS`; the grader
+is the declarative one (:class:`.grader.DeclarativeGrader`).
 """
 
 from __future__ import annotations
@@ -32,13 +33,17 @@ from typing import Any
 
 from ...model.errors import TaskFormatError
 from ...model.task import FACT_KINDS, SURFACE_FILES, TARGETS, TYPES, Fact, Step, Surfaces, Task, Turn, select
-from ..python import environment_factory
+from ..python import ToolDef, environment_factory
+from .documents import DOCUMENTS
 from .grader import DeclarativeGrader, validate_grader
 from .office import OFFICE
 
 #: Files that make up the grader, solution and verifier configuration; a
 #: variant must leave them byte-identical (docs/design.md section 2, rule 2).
 GRADER_FILES: tuple[str, ...] = ("grader.toml", "solution.json", "environment.json")
+
+#: Every tool a native task may list, by true name: the office's and the document tools.
+BUILTIN_TOOLS: Mapping[str, ToolDef] = {**OFFICE, **DOCUMENTS}
 
 
 @dataclass(frozen=True)
@@ -158,8 +163,8 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0, *,
 
     tool_names = _want(tpath, meta, "tools", list, "a list of backend tool names")
     for name in tool_names:
-        if name not in OFFICE:
-            raise TaskFormatError(tpath, "tools", f"names of office tools ({', '.join(sorted(OFFICE))})",
+        if name not in BUILTIN_TOOLS:
+            raise TaskFormatError(tpath, "tools", f"names of built-in tools ({', '.join(sorted(BUILTIN_TOOLS))})",
                                   repr(name), "use an office tool, or write an adapter with its own toolkit")
 
     facts = []
@@ -218,7 +223,7 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0, *,
     return Task(
         suite=suite or path.parent.name, id=tid, title=str(meta.get("title", tid)), path=path,
         surfaces=surfaces, facts=tuple(facts), solution=tuple(steps), answer=str(sol.get("answer", "")),
-        grader=DeclarativeGrader(grader), environment=environment_factory(env, tool_names, OFFICE),
+        grader=DeclarativeGrader(grader), environment=environment_factory(env, tool_names, BUILTIN_TOOLS),
         tools=tuple(tool_names), threshold=float(meta.get("threshold", threshold)), initial_state=env,
         fingerprint=fingerprint,
     )
