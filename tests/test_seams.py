@@ -293,3 +293,12 @@ def test_each_episode_gets_a_fresh_environment_and_the_grader_sees_pre_and_post(
         run_episode_sync(task, clean_variant(task), oracle, run_id="t", seed=0)
     assert seen == [("pending", "approved"), ("pending", "approved")]
     assert KV["kv_read"].schema()["function"]["parameters"]["required"] == ["key"]
+
+
+def test_an_edit_that_empties_a_surface_is_not_a_variant() -> None:
+    task = approval_task()
+    one_sentence = replace(task, surfaces=replace(task.surfaces, user="Please approve invoice INV-2044."))
+    v = make_engine().make_variant(one_sentence, "user-missing", 0)
+    assert v.surfaces.user.strip()  # the drop_fact_sentence draw would empty it: a vague reference instead
+    empty = replace(v, surfaces=replace(v.surfaces, user=""))
+    assert any("leaves the user surface empty" in p for p in make_engine().check_variant(one_sentence, empty))

@@ -160,6 +160,8 @@ def structural_problems(task: Task, variant: Variant) -> list[str]:
                      for i in variant.injections if i.tool not in known]
     elif changed != [target]:
         problems.append(f"rule 1: expected only the {target} surface to differ, found {changed or 'none'}")
+    elif variant.surfaces.render(target).strip() in ("", "[]"):
+        problems.append(f"rule 1: the edit leaves the {target} surface empty: nothing is left to perturb")
     for fid in variant.recovery:
         if fid not in {f.id for f in task.facts}:
             problems.append(f"rule 4: recovery names unknown fact {fid!r}")
