@@ -33,19 +33,34 @@ def validate_grader(path: Path, grader: Mapping[str, Any]) -> None:
     """Raise :class:`TaskFormatError` unless ``grader`` is well formed."""
     scoring = grader.get("scoring", "binary")
     if scoring not in ("binary", "fraction"):
-        raise TaskFormatError(path, "scoring", "'binary' or 'fraction'", repr(scoring))
+        raise TaskFormatError(path, "scoring", "'binary' or 'fraction'", repr(scoring)[:80])
     checks = grader.get("check")
     if not isinstance(checks, list) or not checks:
         raise TaskFormatError(path, "check", "at least one [[check]] table", repr(checks)[:80])
     for i, c in enumerate(checks):
+        if not isinstance(c, dict):
+            raise TaskFormatError(path, f"check[{i}]", "a [[check]] table", repr(c)[:80])
         if "answer_contains" in c:
+            if not isinstance(c["answer_contains"], str) or not c["answer_contains"]:
+                raise TaskFormatError(path, f"check[{i}].answer_contains", "a non-empty text",
+                                      repr(c["answer_contains"])[:80])
             continue
         if not isinstance(c.get("path"), str):
-            raise TaskFormatError(path, f"check[{i}].path", "a state path", repr(c.get("path")))
+            raise TaskFormatError(path, f"check[{i}].path", "a state path", repr(c.get("path"))[:80])
+        try:
+            select({}, c["path"])
+        except ValueError as exc:
+            raise TaskFormatError(path, f"check[{i}].path", "a path such as mail.outbox[to=a@b].subject",
+                                  str(exc)[:120]) from None
         conds = [k for k in CONDITIONS if k in c]
         if len(conds) != 1:
             raise TaskFormatError(path, f"check[{i}]", f"exactly one of {', '.join(CONDITIONS)}",
                                   ", ".join(conds) or "none")
+        val = c[conds[0]]
+        if conds[0] == "count" and (not isinstance(val, int) or isinstance(val, bool) or val < 0):
+            raise TaskFormatError(path, f"check[{i}].count", "a whole number >= 0", repr(val)[:80])
+        if conds[0] == "absent" and not isinstance(val, bool):
+            raise TaskFormatError(path, f"check[{i}].absent", "true or false", repr(val)[:80])
 
 
 def grade(grader: Mapping[str, Any], state: Mapping[str, Any], answer: str) -> GradeResult:
