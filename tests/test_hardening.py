@@ -257,3 +257,48 @@ def test_random_malformed_task_files_load_or_raise_task_format_error(mutation: t
             assert isinstance(result, Task) and result.id
             # a loaded task is usable: its facts' regexes compile and its solution names declared tools
             assert all(f.regex() for f in result.facts) and {s.tool for s in result.solution} <= set(result.tools)
+
+
+# -- shared by the pytester tests below
+N_TASKS = len([p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()])
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> Path:
+    dst = pytester.path / "suites" / "workflows"
+    shutil.copytree(ROOT / "suites" / "workflows", dst)
+    return dst
+
+
+# -- item 5: non-finite and odd option values are usage errors at start-up ------------------------------------
+@pytest.mark.parametrize(("args", "message"), [
+    (["--agentperturb-backoff", "inf"], "*--agentperturb-backoff: backoff must be a finite number, got 'inf'*"),
+    (["--agentperturb-episode-timeout", "nan"], "*episode timeout must be a finite number, got 'nan'*"),
+    (["--agentperturb-request-timeout=-inf"], "*request timeout must be a finite number*"),
+    (["--agentperturb-seed", "-1"], "*--agentperturb-seed: seed must be at least 0, got '-1'*"),
+    (["--agentperturb-model", ""], "*--agentperturb-model: an empty value; expected MODEL*"),
+    (["--agentperturb-model", "reference/literal", "--agentperturb-model", " "], "*--agentperturb-model: an empty*"),
+    (["--agentperturb-families", ""], "*--agentperturb-families: an empty value; expected LIST*"),
+    (["--agentperturb-families", " , "], "*--agentperturb-families: ',' names no family*"),
+    (["--agentperturb-run-id", ""], "*--agentperturb-run-id: an empty value*"),
+    (["--agentperturb-max-drop", ""], "*--agentperturb-max-drop: an empty value*"),
+])
+def test_odd_option_values_are_usage_errors(pytester: pytest.Pytester, suite: Path, args: list[str],
+                                            message: str) -> None:
+    result = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
+    result.stderr.fnmatch_lines([message])
+    assert not (pytester.path / "reports").exists()  # nothing ran
+
+
+def test_resolver_rejects_non_finite_numbers_for_every_caller() -> None:
+    from pytest_agentperturb.model.errors import OptionError
+    from pytest_agentperturb.model.options import resolve
+
+    def lookup(value: dict[str, Any]) -> Any:
+        return lambda o: (value.get(o.dest), o.flag if o.dest in value else "default")
+
+    assert resolve(lookup({}), ROOT).llm.backoff == 30.0
+    for dest, raw in [("backoff", "inf"), ("backoff", "1e999"), ("episode_timeout", "nan"), ("concurrency", "nan")]:
+        with pytest.raises(OptionError, match=dest.replace("_", " ")):
+            resolve(lookup({dest: raw}), ROOT)

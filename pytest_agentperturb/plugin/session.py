@@ -21,7 +21,7 @@ import pytest
 from ..gate import Thresholds, Verdict
 from ..model import __version__
 from ..model.errors import OptionError, VariantSkipped
-from ..model.options import Settings
+from ..model.options import Settings, check_name
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
@@ -160,6 +160,10 @@ class AgentPerturbSession:
 
     def _add_agent(self, agent: Agent, args: list[str]) -> None:
         name = str(agent.name)
+        try:  # the name becomes part of every node id: no markup, no shell syntax
+            check_name(name, " ".join(args))
+        except OptionError as exc:
+            raise pytest.UsageError(f"{exc}; fix: rename the agent (its 'name' attribute)") from None
         if name in self._agents:
             raise pytest.UsageError(f"{' '.join(args)}: two agents are called {name!r}; give each a unique name")
         self._agents[name] = agent

@@ -1,0 +1,155 @@
+"""What a user, a task author or a model controls stays inert: node ids, both HTML outputs, names."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+PAYLOADS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(2)>', "</textarea>", "javascript:alert(3)")
+P = " ".join(PAYLOADS)
+
+
+class _Markup(HTMLParser):
+    """Every element and attribute of an HTML fragment."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str]] = []
+        self.end_tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attrs += [(k, v or "") for k, v in attrs]
+
+    def handle_endtag(self, tag: str) -> None:
+        self.end_tags.append(tag)
+
+
+def assert_no_raw_payload(text: str, where: str) -> None:
+    for p in PAYLOADS[:3]:
+        assert p not in text, f"raw payload {p!r} in {where}"
+
+
+def assert_inert(fragment: str, where: str) -> None:
+    """No raw payload survives: no script or payload element, no event handler, no javascript: URL."""
+    assert_no_raw_payload(fragment, where)
+    m = _Markup()
+    m.feed(fragment)
+    assert "script" not in m.tags and "textarea" not in m.end_tags, where
+    assert not [k for k, _ in m.attrs if k.startswith("on")], f"an event handler in {where}"
+    urls = [v for k, v in m.attrs if k in ("href", "src", "action", "formaction", "xlink:href")]
+    assert not [u for u in urls if u.strip().lower().startswith("javascript:")], f"a javascript: URL in {where}"
+    assert not [v for k, v in m.attrs if k == "src" and v == "x"], f"the payload's <img> in {where}"
+
+
+CONFTEST = '''
+import dataclasses
+import pytest
+from kv_benchmark import approval_task
+from pytest_agentperturb import Turn
+
+P = {P!r}
+
+
+class EvilSuite:
+    name = "evil"
+
+    def tasks(self):
+        t = approval_task("evil")
+        s = t.surfaces
+        yield dataclasses.replace(
+            t, id='x"><img src=x onerror=alert(1)>', title=P,
+            surfaces=dataclasses.replace(s, user=s.user + P, context=(*s.context, Turn("user", P))))
+
+
+def pytest_agentperturb_suite_adapter(path, name, config):
+    return EvilSuite() if name == "evil" else None
+'''
+
+AGENTS = '''
+P = {P!r}
+
+
+def talker(ctx):
+    ctx.call_tool("kv_read", {{"key": P}})
+    ctx.call_tool(P, {{"x": P}})
+    ctx.ask_user(P)
+    ctx.finish(P)
+
+
+def broken(ctx):
+    raise RuntimeError(P)
+'''
+
+
+def test_every_user_and_model_string_is_inert_in_both_html_outputs(pytester: pytest.Pytester) -> None:
+    shutil.copy(HERE / "kv_benchmark.py", pytester.path / "kv_benchmark.py")
+    pytester.makeconftest(CONFTEST.format(P=P))
+    (pytester.path / "agents.py").write_text(AGENTS.format(P=P))
+    result = pytester.runpytest(
+        "--agentperturb", "--agentperturb-suite", "evil", "-p", "no:cacheprovider",
+        "--agentperturb-families", "clean,user-incorrect,tool-redundant,inserted-injection",
+        "--agentperturb-agent", "agents.py:talker", "--agentperturb-agent", "agents.py:broken",
+        "--agentperturb-report", "r.html", "--agentperturb-store", "s.sqlite",
+        "--html", "ph.html", "--self-contained-html")
+    result.stdout.fnmatch_lines(["*= 4 errors, 4 agent-failed in *"])
+    assert "onerror=alert(1)" in result.stdout.str()  # the id really held the payload
+
+    page = (pytester.path / "r.html").read_text(encoding="utf-8")
+    assert html.escape(PAYLOADS[1]) in page  # shown, as text
+    assert_inert(page, "the agentperturb report")
+
+    text = (pytester.path / "ph.html").read_text(encoding="utf-8")
+    assert_no_raw_payload(text, "the pytest-html page")  # (the page has pytest-html's own script)
+    blob = json.loads(html.unescape(re.search(r'data-jsonblob="([^"]*)"', text).group(1)))  # type: ignore[union-attr]
+    fragments = 0
+    for test_id, runs in blob["tests"].items():
+        for run in runs:
+            # what pytest-html's script inserts with innerHTML / insertAdjacentHTML
+            parts: list[Any] = [*run.get("resultsTableRow", []), run.get("log", ""), *run.get("tableHtml", [])]
+            parts += [e["content"] for e in run.get("extras", []) if e.get("format_type") == "html"]
+            parts += [f"<a href=\"{e['content']}\">{e.get('name', '')}</a>" for e in run.get("extras", [])
+                      if e.get("format_type") == "url"]
+            for frag in parts:
+                assert_inert(str(frag), f"pytest-html cell of {test_id}")
+                fragments += 1
+    assert fragments > 20
+
+
+def test_a_model_name_with_markup_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    result = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
+                                "--agentperturb-model", 'openai/"><img src=x onerror=alert(1)>')
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--agentperturb-model: 'openai/\"><img src=x onerror=alert(1)>' is not a valid "
+                                 "agent or model name; allowed: letters, digits and . _ - + : / @*"])
+
+
+@pytest.mark.parametrize("name", ["<script>x</script>", "a b", "suite::task"])
+def test_a_python_agent_name_with_odd_characters_is_a_usage_error(pytester: pytest.Pytester, name: str) -> None:
+    shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    (pytester.path / "agents.py").write_text(f"class Agent:\n    name = {name!r}\n    def run(self, ctx):\n"
+                                             "        ctx.finish('x')\n")
+    result = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
+                                "--agentperturb-agent", "agents.py:Agent")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--agentperturb-agent agents.py:Agent: *fix: rename the agent*"])
+
+
+def test_ordinary_litellm_names_are_accepted() -> None:
+    from pytest_agentperturb.model.options import check_name
+
+    for name in ("openai/gpt-5-mini", "ollama_chat/qwen3:8b", "bedrock/anthropic.claude-3-5-sonnet-20240620-v1:0",
+                 "huggingface/meta-llama/Llama-3.1-8B-Instruct", "vertex_ai/gemini-1.5-pro@001", "my.agent:run"):
+        assert check_name(name, "--agentperturb-model") == name
