@@ -457,7 +457,8 @@ class AgentPerturbSession:
                 tr.write_line(f"  {r['nodeid']}  reward={r['reward']}")
                 tr.write_line(f"    {r['reproduce']}")
         for line in (self.verdict.lines() if self.verdict is not None else []):
-            tr.write_line(line, red=self.verdict is not None and self.verdict.failed and "breached" in line)
+            tr.write_line(line, red=self.verdict is not None and self.verdict.failed
+                          and ("breached" in line or "not evaluated" in line))
         if self.records:
             tr.write_line(f"report: {self.settings.report}")
         elif not self.config.option.collectonly:
