@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import tomllib
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -558,3 +559,89 @@ def test_analyze_on_an_empty_csv_fails_a_configured_gate(tmp_path: Path, caplog:
     assert "--max-drop not evaluated for this run: no scored episodes" in caplog.text
     assert "gate: passed" not in caplog.text
     assert json.loads((tmp_path / "s.json").read_text())["gate"]["failed"] is True
+
+
+# -- item 8: store failures name the file; report/export only read; schemas are checked and migrated -----------
+def _cli(*args: str) -> int:
+    from pytest_agentperturb.cli import main
+
+    return main(list(args))
+
+
+def test_a_corrupt_store_is_a_usage_error_naming_the_file(pytester: pytest.Pytester, suite: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    store = pytester.path / "reports" / "agentperturb.sqlite"
+    store.parent.mkdir()
+    store.write_bytes(b"this is not a database, it is a shopping list\n" * 100)
+    result = _run(pytester, "-k", "share-report")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "INTERNALERROR" not in result.stdout.str()
+    result.stderr.fnmatch_lines([f"*{store}: not a usable results store (file is not a database); fix: point "
+                                 "--agentperturb-store (or --store) at another file, or move this one away*"])
+    assert _cli("report", "--store", str(store), "--out", str(pytester.path / "r.html")) == 2
+    assert f"{store}: not a usable results store" in caplog.text
+
+
+def test_report_and_export_only_read_the_store(pytester: pytest.Pytester, suite: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    from pytest_agentperturb.run.store import Store
+
+    caplog.set_level(logging.INFO)
+    empty = pytester.path / "empty.sqlite"
+    empty.write_bytes(b"")
+    assert _cli("report", "--store", str(empty), "--out", str(pytester.path / "e.html"), "--max-drop", "10") == 1
+    assert empty.read_bytes() == b"" and "the store holds no episodes" in caplog.text  # not a 36 KB store
+    assert "not evaluated for this run: no scored episodes" in caplog.text
+    _run(pytester, "-k", "share-report").assert_outcomes(passed=1)
+    store = pytester.path / "reports" / "agentperturb.sqlite"
+    before = store.read_bytes()
+    assert _cli("report", "--store", str(store), "--out", str(pytester.path / "r.html")) == 0
+    assert _cli("export", "--store", str(store), "--out", str(pytester.path / "e.csv")) == 0
+    assert store.read_bytes() == before
+    import sqlite3
+
+    ro = Store(store, readonly=True)
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        ro._conn.execute("CREATE TABLE x (a)")  # (the process runs as root here: file modes do not stop it)
+    ro.close()
+
+
+def test_an_older_store_is_migrated_and_a_newer_one_refused(pytester: pytest.Pytester, suite: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    import sqlite3
+
+    _run(pytester, "-k", "share-report").assert_outcomes(passed=1)
+    store = pytester.path / "reports" / "agentperturb.sqlite"
+    with closing(sqlite3.connect(store)) as db:
+        db.execute("ALTER TABLE episodes DROP COLUMN reasoning_tokens")
+        db.execute("ALTER TABLE episodes DROP COLUMN baseline")
+        db.commit()
+    assert _cli("report", "--store", str(store), "--out", str(pytester.path / "r.html")) == 0  # reads NULLs
+    result = _run(pytester, "-k", "share-report or forward-invoice")
+    result.assert_outcomes(passed=2)
+    assert "errors: 0" in result.stdout.str()
+    with closing(sqlite3.connect(store)) as db:
+        cols = {r[1] for r in db.execute("PRAGMA table_info(episodes)")}
+        assert {"reasoning_tokens", "baseline"} <= cols
+        assert db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] == 2
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        db.commit()
+    result = _run(pytester, "-k", "share-report")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*written by a newer pytest-agentperturb (store schema 99; this version reads "
+                                 "up to 2); fix: upgrade pytest-agentperturb*"])
+    assert _cli("export", "--store", str(store), "--out", str(pytester.path / "e.csv")) == 2
+    assert "store schema 99" in caplog.text
+
+
+def test_a_store_that_fails_while_running_is_an_error_not_a_silent_zero(pytester: pytest.Pytester,
+                                                                         suite: Path) -> None:
+    pytester.makeconftest(
+        "import sqlite3\n"
+        "from pytest_agentperturb.run import store\n"
+        "def _boom(self, *a, **k):\n"
+        "    raise sqlite3.OperationalError('database or disk is full')\n"
+        "store.Store._put = _boom\n")
+    result = _run(pytester, "-k", "share-report")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*results store error (not an agent failure): *agentperturb.sqlite: cannot record "
+                                 "the episode * (database or disk is full)*", "*errors: 1 (excluded*"])

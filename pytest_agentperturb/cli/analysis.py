@@ -119,9 +119,9 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
 
     from ..run.store import Store
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no results store here; run pytest --agentperturb first or pass --store PATH")
-    with closing(Store(path)) as s:
+    with closing(Store(path, readonly=True)) as s:  # report and export only read: never create or migrate
+        if not s.count():
+            log.warning("%s: the store holds no episodes", path)
         runs = s.runs()
         if run_id is None and len(runs) > 1:
             run_id = runs[-1]

@@ -20,7 +20,7 @@ import pytest
 
 from ..gate import Thresholds, Verdict
 from ..model import __version__
-from ..model.errors import OptionError, VariantSkipped
+from ..model.errors import OptionError, StoreError, VariantSkipped
 from ..model.options import Settings, check_name
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
@@ -180,10 +180,13 @@ class AgentPerturbSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._load_agents()
         if not self.is_worker:
-            self.store().record_run(self.settings.run_id, {
-                "seed": self.settings.seed, "models": list(self.runner_names()),
-                "families": list(self.settings.families), "version": __version__,
-            })
+            try:  # a corrupt, foreign or newer store is a usage error naming the file, before anything runs
+                self.store().record_run(self.settings.run_id, {
+                    "seed": self.settings.seed, "models": list(self.runner_names()),
+                    "families": list(self.settings.families), "version": __version__,
+                })
+            except StoreError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
@@ -301,10 +304,16 @@ class AgentPerturbSession:
         The episode runs on the batcher's event loop together with the
         prefetched episodes of the items this process runs next.
         """
-        from .schedule import upcoming
-
         variant = self.variant(item)
         item.variant = variant
+        try:
+            self._run_item(item, variant)
+        except StoreError as exc:  # the harness's failure, not the agent's: an ERROR that names the file
+            pytest.fail(f"results store error (not an agent failure): {exc}", pytrace=False)
+
+    def _run_item(self, item: PerturbItem, variant: Variant) -> None:
+        from .schedule import upcoming
+
         digest = variant_digest(item.task.digest(), variant)
         key = self._key(item)
         if self.settings.resume:
