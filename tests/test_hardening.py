@@ -645,3 +645,28 @@ def test_a_store_that_fails_while_running_is_an_error_not_a_silent_zero(pytester
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*results store error (not an agent failure): *agentperturb.sqlite: cannot record "
                                  "the episode * (database or disk is full)*", "*errors: 1 (excluded*"])
+
+
+# -- item 9: analyze refuses impossible rewards and unknown families -------------------------------------------
+@pytest.mark.parametrize(("family", "reward", "message"), [
+    ("clean", "inf", "row 2 (model 'm', task 't2'): column 'reward': expected a number in [0, 1]"),
+    ("clean", "7.5", "found 7.5"),
+    ("tool-missing", "-3", "found -3.0"),
+    ("tool-mising", "0.5", "row 2 (model 'm', task 't2'): column 'family': expected 'clean', one of"),
+    ("Clean", "1", "found 'Clean'"),
+])
+def test_analyze_refuses_impossible_rewards_and_unknown_families(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                 family: str, reward: str, message: str) -> None:
+    csv = tmp_path / "e.csv"
+    csv.write_text(f"model,suite,task,family,reward\nm,s,t1,clean,1\nm,s,t2,{family},{reward}\n")
+    assert _cli("analyze", "--results", str(csv), "--json", str(tmp_path / "s.json")) == 2
+    assert message in caplog.text and not (tmp_path / "s.json").exists()
+
+
+def test_analyze_accepts_blank_rewards_and_named_inserted_objects(tmp_path: Path) -> None:
+    csv = tmp_path / "e.csv"
+    csv.write_text("model,suite,task,family,reward,error\nm,s,t1,clean,1,\nm,s,t1,tool-missing,,Timeout\n"
+                   "m,s,t1,inserted-injection-exfiltrate,0,\n")
+    assert _cli("analyze", "--results", str(csv), "--json", str(tmp_path / "s.json")) == 0
+    assert _cli("analyze", "--results", str(csv), "--json", str(tmp_path / "s.json"),
+                "--success-threshold", "nan") == 2
