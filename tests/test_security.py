@@ -153,3 +153,53 @@ def test_ordinary_litellm_names_are_accepted() -> None:
     for name in ("openai/gpt-5-mini", "ollama_chat/qwen3:8b", "bedrock/anthropic.claude-3-5-sonnet-20240620-v1:0",
                  "huggingface/meta-llama/Llama-3.1-8B-Instruct", "vertex_ai/gemini-1.5-pro@001", "my.agent:run"):
         assert check_name(name, "--agentperturb-model") == name
+
+
+# -- item 10: a key echoed by the provider never reaches the store or the report ------------------------------
+def test_a_key_echoed_in_model_content_is_redacted_before_it_is_stored(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fake_openai import FakeOpenAI, Reply, answer, preimport, tool_call
+
+    preimport()
+    import litellm
+
+    env_key, lib_key = "sk-test-ENVSECRET9876", "sk-test-LIBSECRET5432"
+    monkeypatch.setenv("OPENAI_API_KEY", env_key)
+    monkeypatch.setattr(litellm, "api_key", lib_key, raising=False)  # a key given to litellm itself wins
+    shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    srv: FakeOpenAI
+
+    def echo(request: dict[str, Any]) -> Reply:
+        sent = srv.auth[-1].removeprefix("Bearer ")
+        if not any(m.get("role") == "tool" for m in request["messages"]):
+            return tool_call("mail_search", {"query": f"key {sent} and {env_key}"})
+        return answer(f"Done. For the record, my credentials are {sent} / {env_key}.")
+
+    with FakeOpenAI(echo) as srv:
+        result = pytester.runpytest(
+            "--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-k", "forward-invoice and clean",
+            "--agentperturb-model", "openai/fake", "--agentperturb-api-base", srv.base,
+            "--agentperturb-store", "s.sqlite", "--agentperturb-report", "r.html", "--junitxml", "j.xml")
+    assert srv.auth and srv.auth[0] == f"Bearer {lib_key}"  # the key really was sent, and echoed
+    result.stdout.fnmatch_lines(["*1 agent-failed in *"])  # scored (the answer misses the task), not an error
+    for name in ("s.sqlite", "r.html", "j.xml"):
+        data = (pytester.path / name).read_bytes()
+        assert b"ENVSECRET" not in data and b"LIBSECRET" not in data, f"a key leaked into {name}"
+    from pytest_agentperturb.run.store import read_episodes
+
+    (rec,) = read_episodes(pytester.path / "s.sqlite")
+    text = json.dumps(rec.trajectory)
+    assert "<litellm.api_key>" in text and "<OPENAI_API_KEY>" in text  # redacted, and the rest kept
+    assert "my credentials are" in text
+
+
+def test_redaction_covers_keys_values_and_nesting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_agentperturb.model.redact import redact_data, secrets
+
+    monkeypatch.setenv("ACME_TOKEN", "tok-1234567890")
+    monkeypatch.setenv("SHORT_KEY", "abc")  # too short to be a secret: would redact ordinary words
+    known = secrets()
+    assert known["tok-1234567890"] == "<ACME_TOKEN>" and "abc" not in known
+    data = [{"role": "tool", "content": "x tok-1234567890 y", "args": {"tok-1234567890": ["tok-1234567890", 3]}}]
+    assert redact_data(data, known) == [{"role": "tool", "content": "x <ACME_TOKEN> y",
+                                         "args": {"<ACME_TOKEN>": ["<ACME_TOKEN>", 3]}}]

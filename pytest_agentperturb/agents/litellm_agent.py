@@ -31,6 +31,7 @@ from ..model.context import ASK_USER, EpisodeContext
 from ..model.errors import InfrastructureError
 from ..model.options import LLMSettings
 from ..model.protocols import ERROR_PREFIX, Observation
+from ..model.redact import redact_text
 
 log = logging.getLogger("pytest_agentperturb.llm")
 T = TypeVar("T")
@@ -108,16 +109,12 @@ class BadRequestError(ProviderError):
     """The provider rejected the request: model name, parameters, context size (not retried)."""
 
 
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 _KEY_SHAPE = re.compile(r"\b(sk|pk|rk|key|token)-[A-Za-z0-9_\-]{6,}", re.I)
 
 
 def redact(text: str) -> str:
-    """``text`` without secrets: values of key-like environment variables and key-shaped words."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
-            text = text.replace(value, f"<{name}>")
-    return _KEY_SHAPE.sub(lambda m: m.group(1) + "-***", text)
+    """``text`` without secrets: every configured secret (:mod:`~..model.redact`) and key-shaped words."""
+    return _KEY_SHAPE.sub(lambda m: m.group(1) + "-***", redact_text(text))
 
 
 def key_variable(model: str) -> str:
