@@ -203,3 +203,35 @@ def test_redaction_covers_keys_values_and_nesting(monkeypatch: pytest.MonkeyPatc
     data = [{"role": "tool", "content": "x tok-1234567890 y", "args": {"tok-1234567890": ["tok-1234567890", 3]}}]
     assert redact_data(data, known) == [{"role": "tool", "content": "x <ACME_TOKEN> y",
                                          "args": {"<ACME_TOKEN>": ["<ACME_TOKEN>", 3]}}]
+
+
+# -- item 11: the reproduce line is shell-quoted and carries every flag that changes the result ------------------
+def test_the_reproduce_line_is_shell_quoted() -> None:
+    import shlex
+
+    from pytest_agentperturb.plugin.collect import reproduce_line
+
+    agent = ["--agentperturb-agent", "a;touch pwned.py:f"]
+    extra = ["--agentperturb-api-base", "http://h/v1?a=1&b=$(id)`id`"]
+    line = reproduce_line("suites/w x::t'1::clean[a;touch pwned.py:f]", agent, 3, extra=extra)
+    assert line.startswith("reproduce: ")
+    assert shlex.split(line.removeprefix("reproduce: ")) == [
+        "pytest", "--agentperturb", "suites/w x", "-k", "t'1 and clean", *agent, *extra, "--agentperturb-seed", "3"]
+
+
+def test_the_reproduce_line_names_the_endpoint_and_protocol_flags(pytester: pytest.Pytester) -> None:
+    import shlex
+
+    shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    result = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
+                                "--agentperturb-model", "reference/literal", "-k", "user-incorrect",
+                                "--agentperturb-families", "clean,user-incorrect",
+                                "--agentperturb-api-base", "http://127.0.0.1:9/v1", "--agentperturb-max-turns", "7",
+                                "--agentperturb-concurrency", "3")
+    lines = [ln.strip() for ln in result.outlines if ln.strip().startswith("reproduce: ")]
+    assert lines, result.stdout.str()[-2000:]
+    args = shlex.split(lines[0].removeprefix("reproduce: "))
+    assert args[args.index("--agentperturb-api-base") + 1] == "http://127.0.0.1:9/v1"
+    assert args[args.index("--agentperturb-max-turns") + 1] == "7"
+    assert args[args.index("--agentperturb-families") + 1] == "clean,user-incorrect"
+    assert "--agentperturb-concurrency" not in args  # does not change the result

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -219,16 +219,19 @@ class PerturbItem(pytest.Item):
         return self.config.stash[ITEM_RUNNER].reproduce(self)
 
 
-def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False) -> str:
+def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False,
+                   extra: Sequence[str] = ()) -> str:
     """A command that re-runs exactly one item (pytest rejects '::' after a folder, so -k).
 
     ``runner_args`` are the flag and value that select the agent
-    (``--agentperturb-model M`` or ``--agentperturb-agent SPEC``); every
-    value is shell-quoted, so the line is safe to paste.
+    (``--agentperturb-model M`` or ``--agentperturb-agent SPEC``); ``extra``
+    are the other flags that change the result (endpoint, protocol limits,
+    families, strict mode); every value is shell-quoted, so the line is safe
+    to paste.
     """
     suite, task, name = nodeid.split("::")[:3]
     family = name.split("[", 1)[0]
     where = ["--agentperturb-suite", suite] if named else [suite]
-    args = ["pytest", "--agentperturb", *where, "-k", f"{task} and {family}", *runner_args,
+    args = ["pytest", "--agentperturb", *where, "-k", f"{task} and {family}", *runner_args, *extra,
             "--agentperturb-seed", str(seed)]
     return "reproduce: " + " ".join(shlex.quote(a) for a in args)

@@ -21,7 +21,7 @@ import pytest
 from ..gate import Thresholds, Verdict
 from ..model import __version__
 from ..model.errors import OptionError, StoreError, VariantSkipped
-from ..model.options import Settings, check_name
+from ..model.options import OPTIONS, Settings, check_name, option
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
@@ -345,7 +345,27 @@ class AgentPerturbSession:
 
     def reproduce(self, item: PerturbItem) -> str:
         return reproduce_line(item.nodeid, self._runner_args.get(item.model, ["--agentperturb-model", item.model]),
-                              self.settings.seed, named=self._is_named(item.nodeid))
+                              self.settings.seed, named=self._is_named(item.nodeid), extra=self.result_args())
+
+    def result_args(self) -> list[str]:
+        """Flags (beyond the agent and the seed) whose values change an item's result, as set for this run.
+
+        The endpoint and the model protocol (attempts, backoff, limits,
+        timeouts, generator), explicitly chosen families and strict mode;
+        not concurrency, connections or the cache folder.
+        """
+        s = self.settings
+        out: list[str] = []
+        for o in OPTIONS:
+            if o.group == "llm" and o.dest not in ("concurrency", "connections", "cache"):
+                value = getattr(s.llm, o.dest)
+                if value != o.default:
+                    out += [o.flag, str(value)]
+        if s.sources.get("families", "default") != "default":
+            out += [option("families").flag, ",".join(s.families)]
+        if s.strict:
+            out.append(option("strict").flag)
+        return out
 
     def claim_task(self, key: str, nodeid: str) -> str | None:
         """Two tasks with one key would write the same store rows: the second is an error."""
