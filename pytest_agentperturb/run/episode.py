@@ -130,6 +130,8 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
     rec.wall_s = round(time.perf_counter() - t0, 4)
     rec.input_tokens, rec.output_tokens = ctx.input_tokens, ctx.output_tokens
     rec.reasoning_tokens, rec.cost_usd = ctx.reasoning_tokens, ctx.cost_usd
+    if ctx.usage_unknown:  # a call without reported usage: unknown, never 0 (left out of token metrics)
+        rec.input_tokens = rec.output_tokens = rec.reasoning_tokens = None
     rec.tool_calls, rec.turns = ctx.tool_calls, ctx.turns
     rec.trajectory = ctx.trajectory
     if not rec.error:
