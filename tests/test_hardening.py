@@ -670,3 +670,14 @@ def test_analyze_accepts_blank_rewards_and_named_inserted_objects(tmp_path: Path
     assert _cli("analyze", "--results", str(csv), "--json", str(tmp_path / "s.json")) == 0
     assert _cli("analyze", "--results", str(csv), "--json", str(tmp_path / "s.json"),
                 "--success-threshold", "nan") == 2
+
+
+def test_an_inserted_object_name_cannot_be_a_path(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from pytest_agentperturb.model.task import parse_families
+
+    assert parse_families("inserted-injection-exfil_1") == ["inserted-injection-exfil_1"]
+    for bad in ("inserted-injection-../../x", "inserted-injection-a/b", "inserted-fake-tool-[x]"):
+        with pytest.raises(ValueError, match="may use letters, digits"):
+            parse_families(bad)
+    assert _generate(ROOT / "suites" / "workflows", tmp_path / "out", "inserted-injection-../../../x") == 2
+    assert not (tmp_path / "x").exists() and "may use letters, digits" in caplog.text
