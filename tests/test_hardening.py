@@ -297,6 +297,10 @@ def test_the_bad_task_still_shows_under_k_and_in_collect_only(pytester: pytest.P
     (suite / "share-report" / "instruction.md").write_bytes(b"\xff\xfe")
     result = _run(pytester, "-k", "share-report and clean")
     result.assert_outcomes(passed=0, errors=1)
+    for select in (["-m", "tool and missing"], ["-k", "share-report and inserted"]):
+        result = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
+                                    "--agentperturb-model", "reference/oracle", "--collect-only", "-q", *select)
+        assert "suites/workflows::share-report::invalid-task" in result.outlines, (select, result.outlines)
     result = _run(pytester, "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["suites/workflows::share-report::invalid-task", "tasks not loaded: 1*",
@@ -633,14 +637,16 @@ def test_an_older_store_is_migrated_and_a_newer_one_refused(pytester: pytest.Pyt
     assert "store schema 99" in caplog.text
 
 
-def test_a_store_that_fails_while_running_is_an_error_not_a_silent_zero(pytester: pytest.Pytester,
-                                                                         suite: Path) -> None:
-    pytester.makeconftest(
-        "import sqlite3\n"
-        "from pytest_agentperturb.run import store\n"
-        "def _boom(self, *a, **k):\n"
-        "    raise sqlite3.OperationalError('database or disk is full')\n"
-        "store.Store._put = _boom\n")
+def test_a_store_that_fails_while_running_is_an_error_not_a_silent_zero(pytester: pytest.Pytester, suite: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    from pytest_agentperturb.run.store import Store
+
+    def boom(self: Any, *args: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "_put", boom)  # (the in-process run shares this module; undone after the test)
     result = _run(pytester, "-k", "share-report")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*results store error (not an agent failure): *agentperturb.sqlite: cannot record "
@@ -681,3 +687,41 @@ def test_an_inserted_object_name_cannot_be_a_path(tmp_path: Path, caplog: pytest
             parse_families(bad)
     assert _generate(ROOT / "suites" / "workflows", tmp_path / "out", "inserted-injection-../../../x") == 2
     assert not (tmp_path / "x").exists() and "may use letters, digits" in caplog.text
+
+
+def test_report_and_export_work_on_a_store_nobody_may_write(tmp_path: Path) -> None:
+    """A read-only store in a read-only folder (made immutable with chattr when the tests run as root)."""
+    import subprocess
+
+    from pytest_agentperturb.model.records import EpisodeRecord
+    from pytest_agentperturb.run.store import put_all
+
+    ro_dir, out_dir = tmp_path / "ro", tmp_path / "out"
+    ro_dir.mkdir()
+    recs = [EpisodeRecord("r", "m", "s", t, fam, *(("clean", "clean") if fam == "clean" else ("tool", "missing")),
+                          "op", 0, reward=1.0 if fam == "clean" else 0.0, success=fam == "clean")
+            for t in ("a", "b") for fam in ("clean", "tool-missing")]
+    put_all(ro_dir / "s.sqlite", recs)
+    before = (ro_dir / "s.sqlite").read_bytes()
+    root = os.geteuid() == 0  # root writes through file modes: make the file and folder immutable instead
+
+    def lock(on: bool) -> bool:
+        if not root:
+            os.chmod(ro_dir / "s.sqlite", 0o444 if on else 0o644)
+            os.chmod(ro_dir, 0o555 if on else 0o755)
+            return True
+        flag = "+i" if on else "-i"
+        return all(subprocess.run(["chattr", flag, str(p)], capture_output=True).returncode == 0
+                   for p in (ro_dir / "s.sqlite", ro_dir))
+
+    try:
+        if not lock(True):
+            pytest.skip("cannot make a file read-only for root on this filesystem (no chattr)")
+        with pytest.raises(OSError):
+            (ro_dir / "probe").write_text("x")  # really read-only
+        assert _cli("report", "--store", str(ro_dir / "s.sqlite"), "--out", str(out_dir / "r.html")) == 0
+        assert _cli("export", "--store", str(ro_dir / "s.sqlite"), "--out", str(out_dir / "e.csv")) == 0
+    finally:
+        lock(False)
+    assert (out_dir / "r.html").is_file() and (out_dir / "e.csv").read_text().count("\n") == 5
+    assert (ro_dir / "s.sqlite").read_bytes() == before and sorted(p.name for p in ro_dir.iterdir()) == ["s.sqlite"]

@@ -26,7 +26,7 @@ import pytest
 from ..model.errors import TaskFormatError
 from ..model.task import SuiteAdapter, TaskSlot
 from ..model.records import EpisodeRecord, Variant
-from ..model.task import CLEAN, FAMILIES, Task, family_parts
+from ..model.task import CLEAN, FAMILIES, INSERTED, Task, family_parts
 
 
 class ItemRunner(Protocol):
@@ -149,8 +149,9 @@ def load_error(exc: BaseException, what: str) -> str:
 class InvalidTask(pytest.Item):
     """A task or suite that could not be loaded: an ERROR at setup, with the loader's message.
 
-    It matches every family, type, target and agent word for ``-k``, so a
-    selection that would have run the task still shows why it did not.
+    It matches every family, type, target and agent word for ``-k`` and
+    carries every family marker for ``-m``, so a selection that would have
+    run the task still shows why it did not.
     """
 
     def __init__(self, *, message: str, **kw: Any) -> None:
@@ -158,9 +159,13 @@ class InvalidTask(pytest.Item):
         self.message = message
         runner = self.config.stash[ITEM_RUNNER]
         words = {CLEAN, "invalid", *runner.runner_names()}
-        for family in FAMILIES:
+        markers = {CLEAN}
+        for family in (*FAMILIES, *INSERTED):
             words.update((family, *family_parts(family)))
+            markers.update(family_parts(family)[1:] if family in INSERTED else family_parts(family))
         self.extra_keyword_matches.update(words)
+        for name in sorted(markers):
+            self.add_marker(name)
         runner.task_invalid(self.nodeid, message)
 
     def reportinfo(self) -> tuple[Path, int, str]:
