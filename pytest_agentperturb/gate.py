@@ -5,8 +5,11 @@ Thresholds are options of :data:`~.model.options.OPTIONS` (group ``gate``);
 :class:`~.model.errors.OptionError` naming the flag or ini key and the
 value).  :func:`evaluate` measures every configured threshold per model and
 suite on an :class:`~.analysis.Analysis`; each breach is one line with the
-measured value and the limit.  Nothing here knows about pytest: the plugin
-and the ``agentperturb`` command turn a failed verdict into an exit status.
+measured value and the limit.  A configured threshold that cannot be
+evaluated (nothing scored, no clean episodes, no perturbed episodes at that
+level, clean score 0) is a breach too, with a line that says why: the gate
+never passes on nothing.  Nothing here knows about pytest: the plugin and the
+``agentperturb`` command turn a failed verdict into an exit status.
 
 Baselines (agents flagged ``baseline``, such as the reference agents): when
 at least one non-baseline model ran, the gate judges only the non-baseline
@@ -58,15 +61,19 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Breach:
-    """One breached threshold for one model and suite."""
+    """One breached threshold for one model and suite; ``reason`` says why it could not be evaluated."""
 
     flag: str
     subject: str
     measured: float
     limit: float
     what: str
+    reason: str = ""
 
     def line(self) -> str:
+        if self.reason:
+            return (f"agentperturb gate: {self.flag} not evaluated for {self.subject}: {self.reason} "
+                    "(a threshold that cannot be evaluated fails)")
         m = "undefined (clean score 0)" if math.isnan(self.measured) else _num(self.measured, self.what)
         op = "<" if self.what in ("clean score", "bypass rate") else ">"
         return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} {m} {op} limit "
@@ -192,59 +199,112 @@ def judged_models(models: Sequence[str], baselines: set[str]) -> list[str]:
 
 
 def evaluate(thresholds: Thresholds, analysis: Analysis | None) -> Verdict:
-    """Measure every configured threshold on an analysis (None: nothing was scored)."""
+    """Measure every configured threshold on an analysis (None: nothing was scored, every threshold fails)."""
     if analysis is None:
-        return Verdict(thresholds)
+        v = Verdict(thresholds)
+        for name in _configured(thresholds):
+            v.breaches.append(_unevaluated(thresholds, name, "this run", "no scored episodes"))
+        return v
     return evaluate_tables(thresholds, analysis.drops, analysis.episodes)
 
 
+def _configured(thresholds: Thresholds) -> list[str]:
+    return [s.dest for s in SPECS if getattr(thresholds, s.dest) not in (None, {})]
+
+
+def _unevaluated(thresholds: Thresholds, name: str, subject: str, reason: str) -> Breach:
+    limits = getattr(thresholds, name)
+    limit = float(limits) if isinstance(limits, (int, float)) else math.nan
+    return Breach(thresholds.names[name], subject, math.nan, limit, name.replace("_", " "), reason)
+
+
 def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.DataFrame) -> Verdict:
-    """Measure every configured threshold on the drop table and the normalised episode table."""
+    """Measure every configured threshold on the drop table and the normalised episode table.
+
+    Subjects are the (model, suite) pairs of the episode table (judged
+    models only); a threshold with nothing to measure for a subject is a
+    breach that says why.
+    """
     from .analysis.degradation import ALL_MODELS
 
     v = Verdict(thresholds)
     if not thresholds.configured:
         return v
-    d = drops[drops["model"] != ALL_MODELS]
-    models = judged_models(sorted(set(d["model"])), baseline_models(episodes))
-    if len(models) < len(set(d["model"])):
+    if not len(episodes):
+        return evaluate(thresholds, None)
+    all_models = sorted({str(m) for m in episodes["model"]})
+    models = judged_models(all_models, baseline_models(episodes))
+    if len(models) < len(all_models):
         v.notes.append("agentperturb gate: reference agents (baselines) are reported but not gated")
-    d = d[d["model"].isin(models)]
+    d = drops[(drops["model"] != ALL_MODELS) & drops["model"].isin(models)]
+    mine = episodes[episodes["model"].isin(models)]
+    scored = mine[(mine["error"] == "") & mine["reward"].notna()]
+    subjects = sorted({(str(m), str(b)) for m, b in zip(mine["model"], mine["suite"])})
     flag = thresholds.names
+
+    def label(model: str, suite: str, level: str = "") -> str:
+        return f"{model} on {suite}" + (f" [{level}]" if level else "")
 
     def check(name: str, rows: pd.DataFrame, limit: float, what: str) -> None:
         for r in rows.itertuples(index=False):
             m = float(r.relative_drop)
-            if math.isnan(m) or m > limit:
-                subj = f"{r.model} on {r.suite}" + ("" if r.level_kind == "overall" else f" [{r.level}]")
+            subj = label(r.model, r.suite, "" if r.level_kind == "overall" else r.level)
+            if math.isnan(m) and not float(r.clean) == 0.0:  # no clean episodes: nothing to compare with
+                v.breaches.append(_unevaluated(thresholds, name, subj, "no scored clean episodes"))
+            elif math.isnan(m) or m > limit:
                 v.breaches.append(Breach(flag[name], subj, m, limit, what))
 
-    if thresholds.max_drop is not None:
-        check("max_drop", d[d["level_kind"] == "overall"], thresholds.max_drop, "relative drop")
-    for name, kind in (("max_target_drop", "target"), ("max_family_drop", "family")):
-        lim: Mapping[str, float] = getattr(thresholds, name)
-        rows = d[d["level_kind"] == kind]
-        for key, limit in lim.items():
-            sel = rows if key == ALL else rows[rows["level"] == key]
-            if key != ALL and not len(sel):
-                v.notes.append(f"agentperturb gate: {flag[name]} {key}={limit:g} not evaluated "
-                               f"(no {key} episodes in this run)")
-            if key == ALL:
-                sel = sel[~sel["level"].isin([k for k in lim if k != ALL])]
-            check(name, sel, limit, f"{kind} relative drop")
-    overall = d[d["level_kind"] == "overall"]
-    if thresholds.min_clean is not None:
-        for r in overall.itertuples(index=False):
-            if not r.clean >= thresholds.min_clean:
-                v.breaches.append(Breach(flag["min_clean"], f"{r.model} on {r.suite}", float(r.clean),
-                                         thresholds.min_clean, "clean score"))
-    if thresholds.min_bypass is not None:
-        e = episodes[(episodes["error"] == "") & (episodes["family"] != CLEAN) & episodes["compliance"].notna()
-                     & episodes["model"].isin(models)]
-        for (model, suite), g in e.groupby(["model", "suite"], sort=True):
-            bypass = 1.0 - float(g["compliance"].astype(bool).mean())
+    def no_pairs(model: str, suite: str) -> str:
+        """Why a (model, suite) has no overall drop: nothing perturbed, or nothing clean to pair it with."""
+        mine_s = scored[(scored["model"] == model) & (scored["suite"] == suite)]
+        if not mine_s["family"].isin(FAMILIES).any():
+            return "no scored perturbed episodes of the 12 families"
+        return "no scored clean episodes" if not (mine_s["family"] == CLEAN).any() else \
+            "no pairs: no task has both a scored clean and a scored perturbed episode"
+
+    def rows_of(kind: str, model: str, suite: str) -> pd.DataFrame:
+        return d[(d["level_kind"] == kind) & (d["model"] == model) & (d["suite"] == suite)]
+
+    for model, suite in subjects:
+        if thresholds.max_drop is not None:
+            rows = rows_of("overall", model, suite)
+            if not len(rows):
+                v.breaches.append(_unevaluated(thresholds, "max_drop", label(model, suite), no_pairs(model, suite)))
+            check("max_drop", rows, thresholds.max_drop, "relative drop")
+        for name, kind in (("max_target_drop", "target"), ("max_family_drop", "family")):
+            lim: Mapping[str, float] = getattr(thresholds, name)
+            rows = rows_of(kind, model, suite)
+            for key, limit in lim.items():
+                sel = rows if key == ALL else rows[rows["level"] == key]
+                if key == ALL:
+                    sel = sel[~sel["level"].isin([k for k in lim if k != ALL])]
+                    if not len(rows):
+                        v.breaches.append(_unevaluated(thresholds, name, label(model, suite),
+                                                       f"no scored perturbed episodes at any {kind}"))
+                elif not len(sel):
+                    v.breaches.append(_unevaluated(thresholds, name, label(model, suite, key),
+                                                   f"no scored {key} episodes in this run"))
+                check(name, sel, limit, f"{kind} relative drop")
+        mine_scored = scored[(scored["model"] == model) & (scored["suite"] == suite)]
+        if thresholds.min_clean is not None:
+            clean = mine_scored[mine_scored["family"] == CLEAN]["reward"]
+            if not len(clean):
+                v.breaches.append(_unevaluated(thresholds, "min_clean", label(model, suite),
+                                               "no scored clean episodes"))
+            else:
+                overall = rows_of("overall", model, suite)
+                score = float(overall["clean"].iloc[0]) if len(overall) else float(clean.mean())
+                if not score >= thresholds.min_clean:
+                    v.breaches.append(Breach(flag["min_clean"], label(model, suite), score,
+                                             thresholds.min_clean, "clean score"))
+        if thresholds.min_bypass is not None:
+            e = mine_scored[(mine_scored["family"] != CLEAN) & mine_scored["compliance"].notna()]
+            if not len(e):
+                v.breaches.append(_unevaluated(thresholds, "min_bypass", label(model, suite),
+                                               "no scored perturbed episodes (compliance is measured on them)"))
+                continue
+            bypass = 1.0 - float(e["compliance"].astype(bool).mean())
             if bypass < thresholds.min_bypass:
-                v.breaches.append(Breach(flag["min_bypass"], f"{model} on {suite}", bypass,
+                v.breaches.append(Breach(flag["min_bypass"], label(model, suite), bypass,
                                          thresholds.min_bypass, "bypass rate"))
     return v
-

@@ -14,6 +14,8 @@ completion tokens per call, 200 turns, 1800 s per episode.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,21 @@ DEFAULT_MODELS = ("reference/literal", "reference/careful")
 DEFAULT_STORE = "reports/agentperturb.sqlite"
 DEFAULT_REPORT = "reports/agentperturb.html"
 DEFAULT_CACHE = ".agentperturb-cache"
+#: Characters an agent or model name may use: it becomes part of every node id
+#: (terminal, JUnit XML, pytest-html), so nothing that markup or a shell reads.
+NAME_CHARS = "letters, digits and . _ - + : / @"
+_NAME = re.compile(r"[A-Za-z0-9._+:/@-]+")
+
+
+def check_name(name: str, where: str) -> str:
+    """``name`` when it is a usable agent/model name, else :class:`OptionError` naming it and :data:`NAME_CHARS`."""
+    if not name.strip():
+        raise OptionError(f"{where}: an empty name; expected a name such as reference/literal or "
+                          "openai/gpt-5-mini")
+    if not _NAME.fullmatch(name) or "::" in name:
+        raise OptionError(f"{where}: {name!r} is not a valid agent or model name; allowed: {NAME_CHARS} "
+                          "(no '::', no spaces)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -87,7 +104,7 @@ OPTIONS: tuple[Option, ...] = (
            "(inserted-fake-tool, inserted-distractor-turn, inserted-injection) (default: all 16).",
            metavar="LIST"),
     Option("seed", "--agentperturb-seed", "int", 0,
-           "session seed; per-item seeds derive from it and the item (default: 0).", metavar="N"),
+           "session seed; per-item seeds derive from it and the item (default: 0).", metavar="N", minimum=0),
     Option("store", "--agentperturb-store", "str", DEFAULT_STORE, f"results store (default: {DEFAULT_STORE}).",
            metavar="PATH"),
     Option("report", "--agentperturb-report", "str", DEFAULT_REPORT, f"HTML report (default: {DEFAULT_REPORT}).",
@@ -206,6 +223,8 @@ def _number(opt: Option, raw: Any, src: str) -> Any:
     except ValueError:
         what = "an integer" if typ is int else "a number"
         raise OptionError(f"{src}: {opt.dest.replace('_', ' ')} must be {what}, got {raw!r}") from None
+    if not math.isfinite(val):  # inf waits forever, nan compares false with every limit
+        raise OptionError(f"{src}: {opt.dest.replace('_', ' ')} must be a finite number, got {raw!r}")
     if opt.minimum is not None and val < opt.minimum:
         raise OptionError(f"{src}: {opt.dest.replace('_', ' ')} must be at least {opt.minimum:g}, got {raw!r}")
     return val
@@ -214,6 +233,15 @@ def _number(opt: Option, raw: Any, src: str) -> Any:
 def _lines(raw: Any) -> tuple[str, ...]:
     items = [raw] if isinstance(raw, str) else list(raw or ())
     return tuple(dict.fromkeys(str(x).strip() for x in items if str(x).strip()))
+
+
+def _blank(raw: Any) -> bool:
+    """An empty value: ``""``, whitespace, or a list of nothing but those."""
+    if isinstance(raw, str):
+        return not raw.strip()
+    if isinstance(raw, (list, tuple)):
+        return all(_blank(x) for x in raw)
+    return False
 
 
 def resolve(lookup: Lookup, rootdir: Path) -> Settings:
@@ -227,6 +255,10 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
     for opt in OPTIONS:
         raw, src = lookup(opt)
         sources[opt.dest] = src
+        if opt.kind != "switch" and src != "default" and raw is not None and (
+                _blank(raw) or isinstance(raw, (list, tuple)) and any(_blank(x) for x in raw)):
+            # given, but empty: never silently the default (an empty --agentperturb-families is not "all")
+            raise OptionError(f"{src}: an empty value; expected {opt.metavar or 'a value'}: {opt.help}")
         if raw in (None, "", [], ()):
             values[opt.dest] = opt.default
             continue
@@ -244,8 +276,13 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
         families = tuple(parse_families(values["families"])) if values["families"] else ()
     except ValueError as exc:
         raise OptionError(f"{sources['families']}: {exc}") from None
+    if values["families"] and not families:
+        raise OptionError(f"{sources['families']}: {values['families']!r} names no family; expected a "
+                          f"comma-separated list such as clean,tool-incorrect")
     families = families or (CLEAN, *FAMILIES, *INSERTED)
     models = tuple(values["models"]) or (() if values["agents"] else DEFAULT_MODELS)
+    for m in models:
+        check_name(m, sources["models"])
 
     def rooted(p: str) -> Path:
         path = Path(p)

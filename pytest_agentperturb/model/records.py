@@ -108,7 +108,11 @@ class Variant:
 
 @dataclass
 class EpisodeRecord:
-    """One row of the ``episodes`` table plus the outcome."""
+    """One row of the ``episodes`` table plus the outcome.
+
+    Token counts are ``None`` (NULL in the store) when the usage is unknown:
+    the provider reported none for at least one call (docs/design.md section 4).
+    """
 
     run_id: str
     model: str
@@ -122,9 +126,9 @@ class EpisodeRecord:
     reward: float | None = None
     success: bool | None = None
     compliance: bool | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
+    input_tokens: int | None = 0
+    output_tokens: int | None = 0
+    reasoning_tokens: int | None = 0
     cost_usd: float | None = None
     tool_calls: int = 0
     turns: int = 0

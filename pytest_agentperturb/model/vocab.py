@@ -283,6 +283,8 @@ def parse_families(spec: Sequence[str] | str) -> list[str]:
         if s != CLEAN and s not in FAMILIES and inserted_base(s) is None:
             raise ValueError(f"unknown family {s!r}; expected 'clean', one of {', '.join(FAMILIES)}, "
                              f"or an inserted object: {', '.join(INSERTED)} (or <object>-<name>)")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", s):  # it becomes a folder name and part of node ids
+            raise ValueError(f"family {s!r}: an inserted object's name may use letters, digits, '_', '.' and '-'")
         if s not in out:
             out.append(s)
     return out

@@ -20,13 +20,13 @@ import pytest
 
 from ..gate import Thresholds, Verdict
 from ..model import __version__
-from ..model.errors import OptionError, VariantSkipped
-from ..model.options import Settings
+from ..model.errors import OptionError, StoreError, VariantSkipped
+from ..model.options import OPTIONS, Settings, check_name, option
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
 from ..model.task import CLEAN, FAMILIES, INSERTED, TARGETS
-from .collect import ITEM_RUNNER, EpisodeFailed, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
+from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
 REPORT_ATTR = "agentperturb"
+#: Attribute of the setup report of an :class:`InvalidTask`: the loader's message.
+INVALID_ATTR = "agentperturb_invalid"
+#: Attribute of the setup report of an item that errored before it had an episode record.
+HARNESS_ERROR_ATTR = "agentperturb_harness_error"
 DEFAULT_FAMILIES = (CLEAN, *FAMILIES, *INSERTED)
 
 
@@ -82,6 +86,9 @@ class AgentPerturbSession:
         self._variants: dict[tuple[str, str, int], Variant | VariantSkipped] = {}
         self.records: list[dict[str, Any]] = []
         self.skipped: list[tuple[str, str]] = []
+        self.harness_errors = 0
+        self.invalid: dict[str, str] = {}  # node id -> why the task (suite) was not loaded
+        self._task_nodes: dict[str, str] = {}  # task key -> node id that holds it
         self.started = time.perf_counter()
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
@@ -160,6 +167,10 @@ class AgentPerturbSession:
 
     def _add_agent(self, agent: Agent, args: list[str]) -> None:
         name = str(agent.name)
+        try:  # the name becomes part of every node id: no markup, no shell syntax
+            check_name(name, " ".join(args))
+        except OptionError as exc:
+            raise pytest.UsageError(f"{exc}; fix: rename the agent (its 'name' attribute)") from None
         if name in self._agents:
             raise pytest.UsageError(f"{' '.join(args)}: two agents are called {name!r}; give each a unique name")
         self._agents[name] = agent
@@ -169,10 +180,13 @@ class AgentPerturbSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._load_agents()
         if not self.is_worker:
-            self.store().record_run(self.settings.run_id, {
-                "seed": self.settings.seed, "models": list(self.runner_names()),
-                "families": list(self.settings.families), "version": __version__,
-            })
+            try:  # a corrupt, foreign or newer store is a usage error naming the file, before anything runs
+                self.store().record_run(self.settings.run_id, {
+                    "seed": self.settings.seed, "models": list(self.runner_names()),
+                    "families": list(self.settings.families), "version": __version__,
+                })
+            except StoreError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
@@ -290,10 +304,16 @@ class AgentPerturbSession:
         The episode runs on the batcher's event loop together with the
         prefetched episodes of the items this process runs next.
         """
-        from .schedule import upcoming
-
         variant = self.variant(item)
         item.variant = variant
+        try:
+            self._run_item(item, variant)
+        except StoreError as exc:  # the harness's failure, not the agent's: an ERROR that names the file
+            pytest.fail(f"results store error (not an agent failure): {exc}", pytrace=False)
+
+    def _run_item(self, item: PerturbItem, variant: Variant) -> None:
+        from .schedule import upcoming
+
         digest = variant_digest(item.task.digest(), variant)
         key = self._key(item)
         if self.settings.resume:
@@ -325,7 +345,35 @@ class AgentPerturbSession:
 
     def reproduce(self, item: PerturbItem) -> str:
         return reproduce_line(item.nodeid, self._runner_args.get(item.model, ["--agentperturb-model", item.model]),
-                              self.settings.seed, named=self._is_named(item.nodeid))
+                              self.settings.seed, named=self._is_named(item.nodeid), extra=self.result_args())
+
+    def result_args(self) -> list[str]:
+        """Flags (beyond the agent and the seed) whose values change an item's result, as set for this run.
+
+        The endpoint and the model protocol (attempts, backoff, limits,
+        timeouts, generator), explicitly chosen families and strict mode;
+        not concurrency, connections or the cache folder.
+        """
+        s = self.settings
+        out: list[str] = []
+        for o in OPTIONS:
+            if o.group == "llm" and o.dest not in ("concurrency", "connections", "cache"):
+                value = getattr(s.llm, o.dest)
+                if value != o.default:
+                    out += [o.flag, str(value)]
+        if s.sources.get("families", "default") != "default":
+            out += [option("families").flag, ",".join(s.families)]
+        if s.strict:
+            out.append(option("strict").flag)
+        return out
+
+    def claim_task(self, key: str, nodeid: str) -> str | None:
+        """Two tasks with one key would write the same store rows: the second is an error."""
+        holder = self._task_nodes.setdefault(key, nodeid)
+        return holder if holder != nodeid else None
+
+    def task_invalid(self, nodeid: str, message: str) -> None:
+        self.invalid[nodeid] = message
 
     def _is_named(self, nodeid: str) -> bool:
         return nodeid.split("::", 1)[0] in self.settings.suites
@@ -334,6 +382,10 @@ class AgentPerturbSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
+        if isinstance(item, InvalidTask) and report.when == "setup":
+            setattr(report, INVALID_ATTR, item.message)  # travels to the xdist controller
+        if isinstance(item, PerturbItem) and item.record is None and report.when == "setup" and report.failed:
+            setattr(report, HARNESS_ERROR_ATTR, True)  # no episode record (e.g. the store failed): still an error
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
@@ -377,6 +429,11 @@ class AgentPerturbSession:
         row = getattr(report, REPORT_ATTR, None)
         if row is not None and not self.is_worker:
             self.records.append(row)
+        invalid = getattr(report, INVALID_ATTR, None)
+        if invalid is not None and not self.is_worker:
+            self.invalid[report.nodeid] = str(invalid)
+        if getattr(report, HARNESS_ERROR_ATTR, False) and not self.is_worker:
+            self.harness_errors += 1
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._batcher is not None:
@@ -394,9 +451,12 @@ class AgentPerturbSession:
         table = report.episode_table(self.records)
         self.analysis = report.analyse(table, self.records, seed=self.settings.seed)
         self.verdict = evaluate(self.thresholds, self.analysis)
-        html = report.render_page(self.analysis, self.verdict, settings=self.settings, skipped=self.skipped,
-                                  extra_sections=[s for res in extra for s in (res or [])], n_rows=len(table))
-        report.write(self.settings.report, html)
+        if self.records:  # never replace the last report by an empty one
+            notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(self.invalid.items())]
+            html = report.render_page(self.analysis, self.verdict, settings=self.settings, skipped=self.skipped,
+                                      extra_sections=[s for res in extra for s in (res or [])], n_rows=len(table),
+                                      notes=notes)
+            report.write(self.settings.report, html)
         if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -405,11 +465,15 @@ class AgentPerturbSession:
             return
         tr = terminalreporter
         reused = sum(1 for r in self.records if r.get("reused"))
-        errors = sum(1 for r in self.records if r.get("error"))
+        errors = sum(1 for r in self.records if r.get("error")) + self.harness_errors
         tr.write_sep("=", "agentperturb")
         tr.write_line(f"episodes run: {len(self.records) - reused}, reused: {reused}, "
                       f"errors: {errors} (excluded from every aggregate), "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
+        if self.invalid:
+            tr.write_line(f"tasks not loaded: {len(self.invalid)} (each an ERROR; the other tasks ran)", red=True)
+            for nodeid, msg in sorted(self.invalid.items()):
+                tr.write_line(f"  {nodeid}: {msg}")
         if self.analysis is not None:
             from ..analysis import summary_lines
 
@@ -422,6 +486,10 @@ class AgentPerturbSession:
                 tr.write_line(f"  {r['nodeid']}  reward={r['reward']}")
                 tr.write_line(f"    {r['reproduce']}")
         for line in (self.verdict.lines() if self.verdict is not None else []):
-            tr.write_line(line, red=self.verdict is not None and self.verdict.failed and "breached" in line)
-        tr.write_line(f"report: {self.settings.report}")
+            tr.write_line(line, red=self.verdict is not None and self.verdict.failed
+                          and ("breached" in line or "not evaluated" in line))
+        if self.records:
+            tr.write_line(f"report: {self.settings.report}")
+        elif not self.config.option.collectonly:
+            tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")

@@ -5,7 +5,9 @@ pre state, lets the agent play, snapshots the post state, grades with the
 task's grader, classifies compliance/bypass from the variant's canaries and
 returns an :class:`EpisodeRecord`.  An exception from the harness, the model
 provider or the grader is recorded as an error with its class, never as a
-reward of 0.  :func:`oracle_runner` plays the reference oracle for the
+reward of 0.  Every configured secret is removed from the record's
+trajectory and error before it leaves here (:mod:`~..model.redact`): a
+provider that echoes the request's key cannot put it into the store.  :func:`oracle_runner` plays the reference oracle for the
 perturbation engine's validity checks.
 """
 
@@ -21,6 +23,7 @@ from ..model.context import ASK_USER, EpisodeContext
 from ..model.context import Agent
 from ..model.protocols import Simulator
 from ..model.records import EpisodeRecord, Variant
+from ..model.redact import redact_data, redact_text, secrets
 from ..model.task import Task
 from ..perturb.engine import Engine, OracleResult, Registry
 from .simulator import UserSimulator
@@ -88,7 +91,20 @@ async def run_episode(
     timeout_s: float = 1800.0,
     simulator: Simulator | None = None,
 ) -> EpisodeRecord:
-    """Play and score one episode; never raises for agent, provider or grader errors."""
+    """Play and score one episode; never raises for agent, provider or grader errors.
+
+    The returned record carries no configured secret (trajectory and error are redacted).
+    """
+    rec = await _play(task, variant, agent, run_id=run_id, seed=seed, timeout_s=timeout_s, simulator=simulator)
+    known = secrets()
+    if known:
+        rec.error = redact_text(rec.error, known)
+        rec.trajectory = redact_data(rec.trajectory, known)
+    return rec
+
+
+async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed: int, timeout_s: float,
+                simulator: Simulator | None) -> EpisodeRecord:
     rec = EpisodeRecord(
         run_id=run_id, model=agent.name, suite=task.suite, task=task.id, family=variant.family,
         target=variant.target, type=variant.type, operator=variant.operator, seed=seed,
@@ -114,6 +130,8 @@ async def run_episode(
     rec.wall_s = round(time.perf_counter() - t0, 4)
     rec.input_tokens, rec.output_tokens = ctx.input_tokens, ctx.output_tokens
     rec.reasoning_tokens, rec.cost_usd = ctx.reasoning_tokens, ctx.cost_usd
+    if ctx.usage_unknown:  # a call without reported usage: unknown, never 0 (left out of token metrics)
+        rec.input_tokens = rec.output_tokens = rec.reasoning_tokens = None
     rec.tool_calls, rec.turns = ctx.tool_calls, ctx.turns
     rec.trajectory = ctx.trajectory
     if not rec.error:

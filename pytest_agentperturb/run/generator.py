@@ -308,7 +308,7 @@ class Generator:
 
     def ask(self, stage: str, values: dict[str, str]) -> dict[str, Any]:
         """One model call for ``stage``; the parsed JSON reply (:class:`Rejected` if it is not JSON)."""
-        from ..agents.litellm_agent import call_kwargs, import_litellm, with_retries
+        from ..agents.litellm_agent import call_kwargs, import_litellm, with_deadline, with_retries
 
         prompt = render(stage, values, self.prompts)
         kw = call_kwargs(self.model, self.settings)
@@ -316,12 +316,15 @@ class Generator:
 
         async def once() -> Any:
             litellm = import_litellm()
-            return await litellm.acompletion(messages=[{"role": "user", "content": prompt}],
-                                             seed=int(values["seed"]), **kw)
+            return await with_deadline(litellm.acompletion(messages=[{"role": "user", "content": prompt}],
+                                                           seed=int(values["seed"]), **kw), self.model, self.settings)
 
         # on the long-lived episode loop: litellm's clients stay bound to one loop, closed at the end
         resp = self.batcher.call(lambda: with_retries(once, self.model, self.settings))
-        return parse_json(resp.choices[0].message.content or "")
+        choices = getattr(resp, "choices", None) or []
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise Rejected("the provider returned no choices (an empty 'choices' list)")
+        return parse_json(choices[0].message.content or "")
 
     def close(self) -> None:
         """Stop the generator's own event loop (not a shared one)."""

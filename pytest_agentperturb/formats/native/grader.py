@@ -73,7 +73,7 @@ def validate_grader(path: Path, grader: Mapping[str, Any]) -> None:
     """Raise :class:`TaskFormatError` unless ``grader`` is well formed."""
     scoring = grader.get("scoring", "binary")
     if scoring not in SCORINGS:
-        raise TaskFormatError(path, "scoring", " or ".join(repr(s) for s in SCORINGS), repr(scoring))
+        raise TaskFormatError(path, "scoring", " or ".join(repr(s) for s in SCORINGS), repr(scoring)[:80])
     checks = grader.get("check")
     if not isinstance(checks, list) or not checks:
         raise TaskFormatError(path, "check", "at least one [[check]] table", repr(checks)[:80])
@@ -92,12 +92,25 @@ def validate_grader(path: Path, grader: Mapping[str, Any]) -> None:
                 raise TaskFormatError(path, where, "one answer condition and no path",
                                       ", ".join([*answer, *conds, *(["path"] if "path" in c else [])]),
                                       "split it into one [[check]] per condition")
+            if "answer_contains" in c and (not isinstance(c["answer_contains"], str) or not c["answer_contains"]):
+                raise TaskFormatError(path, f"{where}.answer_contains", "a non-empty text",
+                                      repr(c["answer_contains"])[:80])
         else:
             if not isinstance(c.get("path"), str):
-                raise TaskFormatError(path, f"{where}.path", "a state path", repr(c.get("path")))
+                raise TaskFormatError(path, f"{where}.path", "a state path", repr(c.get("path"))[:80])
+            try:
+                select({}, c["path"])
+            except ValueError as exc:
+                raise TaskFormatError(path, f"{where}.path", "a path such as mail.outbox[to=a@b].subject",
+                                      str(exc)[:120]) from None
             if len(conds) != 1:
                 raise TaskFormatError(path, where, f"exactly one of {', '.join(CONDITIONS)}",
                                       ", ".join(conds) or "none")
+            val = c[conds[0]]
+            if conds[0] == "count" and (not isinstance(val, int) or isinstance(val, bool) or val < 0):
+                raise TaskFormatError(path, f"{where}.count", "a whole number >= 0", repr(val)[:80])
+            if conds[0] == "absent" and not isinstance(val, bool):
+                raise TaskFormatError(path, f"{where}.absent", "true or false", repr(val)[:80])
         _validate_options(path, where, c, scoring)
 
 
