@@ -66,6 +66,7 @@ class EpisodeContext:
     disclosed: list[str] = field(default_factory=list)
     estimated_usage: bool = False
     cancelled: bool = False
+    _surface_chars: int = field(default=-1, init=False, repr=False)
 
     @property
     def surfaces(self) -> Surfaces:
@@ -91,7 +92,9 @@ class EpisodeContext:
         """Count one turn of an agent that reports no usage (estimated tokens)."""
         self.turns += 1
         self.estimated_usage = True
-        seen = sum(len(t) for _, t in self.surfaces.texts()) + len(self.surfaces.render("tool"))
+        if self._surface_chars < 0:  # the surfaces do not change within an episode: measure them once
+            self._surface_chars = sum(len(t) for _, t in self.surfaces.texts()) + len(self.surfaces.render("tool"))
+        seen = self._surface_chars
         seen += sum(len(str(e.get("content", ""))) for e in self.trajectory)
         self.add_usage(estimate_tokens("x" * seen), estimate_tokens(output))
 
