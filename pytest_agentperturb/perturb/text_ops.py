@@ -64,7 +64,9 @@ class DropFactSentence(_OnTarget):
     """Remove the sentence that states a needed fact (``drop_fact_sentence``).
 
     The fact is then stated nowhere; the recovery annotation names it and the
-    user simulator supplies it when asked, so the task stays solvable.
+    user simulator supplies it when asked, so the task stays solvable.  A
+    request of one sentence is never dropped whole: that would remove the
+    goal, not a fact (``vague_reference`` covers it).
     """
 
     id = "drop_fact_sentence"
@@ -77,6 +79,8 @@ class DropFactSentence(_OnTarget):
         holder = next(t for t in texts_of(task.surfaces, self.target) if sent in t)
         m = re.search(re.escape(sent) + r"[ \t]*\n?", holder)
         new = replace_text(task.surfaces, self.target, m.group(0) if m else sent, "")
+        if self.target == "user" and not new.user.strip():
+            return None
         return omission(task, new, f"removed: {sent.strip()}")
 
 
