@@ -31,8 +31,8 @@ class ItemRunner(Protocol):
 
     seed: int
 
-    def families_for(self, adapter: SuiteAdapter) -> tuple[str, ...]:
-        """Families to collect for the tasks of ``adapter``."""
+    def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
+        """Families to collect for ``task``, one of the tasks of ``adapter``."""
 
     def runner_names(self) -> tuple[str, ...]:
         """Agent names, in id order."""
@@ -103,7 +103,7 @@ class TaskCollector(pytest.Collector):
     def collect(self) -> Iterator[pytest.Item]:
         runner = self.config.stash[ITEM_RUNNER]
         task = self.load()
-        for family in runner.families_for(self.adapter):
+        for family in runner.families_for(self.adapter, task):
             target, typ = family_parts(family)
             for model in runner.runner_names():
                 item = PerturbItem.from_parent(self, name=f"{family}[{model}]", task=task, family=family, model=model)
@@ -135,6 +135,7 @@ class PerturbItem(pytest.Item):
         self.record: EpisodeRecord | None = None
         self.reused = False
         self.variant: Variant | None = None
+        self.skip_reason = ""
         self.seed = item_seed(self.config.stash[ITEM_RUNNER].seed, task.key, family)
 
     def reportinfo(self) -> tuple[Path, int, str]:
