@@ -63,11 +63,13 @@ already imported, it is used as it is.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import importlib.metadata
 import importlib.util
 import json
+import random
 import sys
 import types
 from collections import OrderedDict
@@ -194,6 +196,7 @@ def load() -> types.SimpleNamespace:
     load_suites, tool_execution, ground_truth, runtime, attacks = mods
     return types.SimpleNamespace(
         get_suites=load_suites.get_suites, tool_result_to_str=tool_execution.tool_result_to_str,
+        is_string_list=tool_execution.is_string_list,
         GroundTruthPipeline=ground_truth.GroundTruthPipeline, FunctionsRuntime=runtime.FunctionsRuntime,
         FunctionCall=runtime.FunctionCall, ValidationError=pydantic.ValidationError, yaml=yaml,
         task_suite=sys.modules["agentdojo.task_suite.task_suite"],
@@ -218,9 +221,10 @@ def escape(payload: str) -> str:
 class AgentDojoEnvironment:
     """One episode's private copy of an AgentDojo environment; runs AgentDojo's tools by true name.
 
-    Errors read as AgentDojo reports them (``ValueError: ...``,
-    ``ValidationError: ...``), prefixed with this package's phrasing for an
-    unknown tool or a missing required argument.  Injections without a
+    Arguments and errors are handled as AgentDojo's ``ToolsExecutor``
+    handles them (a string that reads as a list is parsed; ``ValueError:
+    ...``, ``ValidationError: ...``), errors prefixed with this package's
+    phrasing for an unknown tool or a missing required argument.  Injections without a
     vector (the generic ``inserted-injection``) are appended to the named
     tool's results as a ``note:`` line.
     """
@@ -235,8 +239,10 @@ class AgentDojoEnvironment:
         if name not in self.suite.runtime.functions:
             raise ToolError(f"unknown tool '{name}': ToolNotFoundError: The requested function `{name}` "
                             "is not available.")
+        # as AgentDojo's ToolsExecutor does: a string that reads as a list is the list
+        args = {k: ast.literal_eval(v) if isinstance(v, str) and lib.is_string_list(v) else v for k, v in args.items()}
         try:
-            result, _ = self.suite.runtime.run_function(self.env, name, dict(args), raise_on_error=True)
+            result, _ = self.suite.runtime.run_function(self.env, name, args, raise_on_error=True)
         except lib.ValidationError as exc:
             missing = [f"{name}: missing required argument '{e['loc'][0]}'" for e in exc.errors()
                        if e.get("type") == "missing" and e.get("loc")]
@@ -313,7 +319,7 @@ class InjectionTaskOperator:
     def applicable(self, task: Task) -> bool:
         return task.suite == self.suite.key
 
-    def apply(self, task: Task, rng: Any) -> Edit | None:
+    def apply(self, task: Task, rng: random.Random) -> Edit | None:
         plan, fed = self.suite.vectors(task.id)
         if not plan:
             raise VariantSkipped(
