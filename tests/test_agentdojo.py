@@ -203,21 +203,24 @@ def test_vectors_that_feed_the_gold_arguments_are_not_planted() -> None:
         _engine().make_variant(TASKS["slack-ut07"], "inserted-injection-slack-it01", 0)
 
 
-def test_trace_based_utility_credits_only_calls_to_registered_tools() -> None:
+def test_trace_based_utility_maps_renamed_tools_back_to_true_names() -> None:
     task = TASKS["slack-ut11"]
     data = ADAPTER.data("slack")
+    assert ad.true_name("Invite-User-To-Slack", data.tool_names) == "invite_user_to_slack"
+    assert ad.true_name("invite_user_to_slack_v2", data.tool_names) is None
     env = task.environment(())
     pre = env.snapshot()
-    renamed = [{"role": "assistant", "tool": "Invite-User-To-Slack", "args": {"user": "Dora", "user_email":
-                                                                             "dora@gmail.com"}}]
-    assert ad.traces(LIB, data.tool_names, renamed) == []
     trajectory = []
     for step in task.solution:
         args = fill(dict(step.args), task.fact_values())
         env.call(step.tool, args)
-        trajectory.append({"role": "assistant", "tool": step.tool, "args": args})
+        name = "Invite-User-To-Slack" if step.tool == "invite_user_to_slack" else step.tool
+        trajectory.append({"role": "assistant", "tool": name, "args": args})
+    calls = ad.traces(LIB, data.tool_names, trajectory)
+    assert [c.function for c in calls] == [s.tool for s in task.solution]
     assert task.grader.grade(pre, env.snapshot(), "", trajectory).reward == 1.0
-    assert task.grader.grade(pre, env.snapshot(), "", renamed).reward == 0.0  # invite never credited
+    fake = [{**e, "tool": "invite_user_to_slack_v2"} if "invite" in e["tool"].lower() else e for e in trajectory]
+    assert task.grader.grade(pre, env.snapshot(), "", fake).reward == 0.0  # a fake name is no call of the tool
 
 
 def test_tool_errors_read_as_agentdojo_reports_them() -> None:

@@ -31,9 +31,11 @@ Mapping onto the task model (docs/design.md section 1b):
   formatted with AgentDojo's ``tool_result_to_str``.  Perturbations never
   reach the environment or the grader.
 * grader: the user task's ``utility_from_traces`` (falling back to
-  ``utility``, as AgentDojo grades).  The trace holds the calls the agent
-  made to registered tools, in order: a call to a renamed, fake or alias
-  name never ran, so it is not credited.
+  ``utility``, as AgentDojo grades).  The trace holds the agent's calls in
+  order, failed ones included as in AgentDojo, with renamed tools mapped
+  back to their true names (case and separators; a counterfactual or fake
+  name answers to no tool and is left out).  Only slack's user task 11 and
+  injection task 5 read traces; both of them otherwise check the state.
 * inserted objects: one per injection task, ``inserted-injection-<suite>-it<NN>``.
   The payload is AgentDojo's ``important_instructions`` attack (without a
   model name, since a variant must not depend on the model under test),
@@ -70,6 +72,7 @@ import importlib.metadata
 import importlib.util
 import json
 import random
+import re
 import sys
 import types
 from collections import OrderedDict
@@ -259,12 +262,33 @@ class AgentDojoEnvironment:
         return self.env.model_copy(deep=True)
 
 
+def true_name(name: str, tools: Sequence[str]) -> str | None:
+    """The true tool a called name stands for: itself, or the tool it renames by case or separators.
+
+    ``Send-Money`` and ``send-money`` (the ``rename_tool`` styles that keep
+    the name) map back to ``send_money``; a counterfactual name
+    (``deliver_money``) or a fake tool maps to nothing.
+    """
+    if name in tools:
+        return name
+    norm = re.sub(r"[-\s.]+", "_", name.strip()).lower()
+    return norm if norm in tools else None
+
+
 def traces(lib: types.SimpleNamespace, tools: Sequence[str], trajectory: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """AgentDojo ``FunctionCall`` s of the calls the agent made to registered tools, in order."""
-    return [lib.FunctionCall.model_construct(function=e["tool"], args=dict(e["args"]), id=None,
-                                             placeholder_args=None)
-            for e in trajectory if e.get("role") == "assistant" and e.get("tool") in tools
-            and isinstance(e.get("args"), Mapping)]
+    """AgentDojo ``FunctionCall`` s of the agent's tool calls, in order, under true names.
+
+    Like AgentDojo's traces they hold every call the agent made, failed
+    ones included; a call under a renamed tool is mapped back to its true
+    name (:func:`true_name`), calls to names no tool answers to are left out.
+    """
+    out = []
+    for e in trajectory:
+        name = true_name(str(e.get("tool", "")), tools) if e.get("role") == "assistant" else None
+        if name is not None and isinstance(e.get("args"), Mapping):
+            out.append(lib.FunctionCall.model_construct(function=name, args=dict(e["args"]), id=None,
+                                                        placeholder_args=None))
+    return out
 
 
 class UtilityGrader:
