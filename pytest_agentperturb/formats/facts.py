@@ -73,25 +73,27 @@ def anchored_pattern(sentence: str, start: int, value: str) -> str | None:
     """A regex whose group reads a value of this shape where ``value`` stands in ``sentence``.
 
     Anchored on up to two words before it and on what follows it (the
-    punctuation right after it, else the next word); the group admits at
+    punctuation right after it; for a value of several words, else the next
+    word, so that the group stops where the value did); the group admits at
     most as many words as the value has, so a one-word decoy is read as
-    the fact and a longer vague phrase is not.  None when the value has no
-    anchor on either side.
+    the fact and a longer vague phrase is not.  The anchors are kept short
+    because a neighbouring fact may be swapped too.  None when the value
+    has no anchor on either side.
     """
     before, after = sentence[:start], sentence[start + len(value):]
     left = re.search(r"(?:\S+\s+){0,2}\S*$", before)
     lead = left.group(0) if left else ""
     punct = re.match(r"[^\w\s]+", after)
     nxt = re.match(r"\s+(\S+)", after)
+    words = len(value.split()) - 1
     if punct:
         trail = re.escape(punct.group(0))
     elif nxt:
-        trail = rf"(?=\s+{re.escape(nxt.group(1))})"
+        trail = rf"(?=\s+{re.escape(nxt.group(1))})" if words else r"(?=\s)"
     else:
         trail = "$"
     if not lead.strip() and trail == "$":
         return None
-    words = len(value.split()) - 1
     group = r"(\S+" + (rf"(?:\s+\S+){{0,{words}}}" if words > 0 else "") + ")"
     return (re.escape(lead) if lead.strip() else "^") + group + trail
 
@@ -183,7 +185,8 @@ def derive_facts(prompt: str, procedure: str, calls: Sequence[tuple[str, Mapping
             continue  # a value the agent looks things up with, never one it must compute or write
         what = label(schemas.get(tool, {}), arg)
         turn = f"I will send you a request in a moment. One detail you will need for it: {what} is {val}"
-        fact = stated_fact(fact_id(arg), val, "context", turn, _unique(f"What is {what}?", questions, "{base} ({i})"))
+        q = _unique(f"What was {what} you mentioned before your request ({tool})?", questions, "{base} ({i})")
+        fact = stated_fact(fact_id(arg), val, "context", turn, q)
         if fact is not None:
             facts.append(fact)
             context = (Turn("user", turn), Turn("assistant", ACK))
