@@ -1,7 +1,7 @@
 """Collection: a suite becomes tasks, a task becomes one item per (family, agent).
 
 Node ids read ``suites/workflows::reschedule-standup::tool-missing[reference/literal]``
-for a folder suite and ``agentdojo:banking::user_task_0::clean[...]`` for a
+for a folder suite and ``agentdojo:banking::banking-ut00::clean[...]`` for a
 named one.  Each item carries markers for its target and type, so
 ``-k "tool and missing"`` and ``-m "tool and missing"`` both select it.  A
 malformed task becomes a collection error for that task only.
