@@ -69,31 +69,33 @@ def stated_at(text: str, value: str) -> int:
     return m.start() if m else -1
 
 
-def anchored_pattern(sentence: str, start: int, value: str) -> str | None:
+def anchored_pattern(sentence: str, start: int, value: str, others: Sequence[str] = ()) -> str | None:
     """A regex whose group reads a value of this shape where ``value`` stands in ``sentence``.
 
     Anchored on up to two words before it and on what follows it (the
-    punctuation right after it; for a value of several words, else the next
-    word, so that the group stops where the value did); the group admits at
+    punctuation right after it, else the next word); the group admits at
     most as many words as the value has, so a one-word decoy is read as
-    the fact and a longer vague phrase is not.  The anchors are kept short
-    because a neighbouring fact may be swapped too.  None when the value
-    has no anchor on either side.
+    the fact and a longer vague phrase is not.  Anchors stop short of the
+    ``others`` (the values of neighbouring facts, which may be swapped
+    too).  None when the value has no anchor on either side.
     """
     before, after = sentence[:start], sentence[start + len(value):]
-    left = re.search(r"(?:\S+\s+){0,2}\S*$", before)
+    cut = max((before.rfind(o) + len(o) for o in others if o and o in before), default=0)
+    left = re.search(r"(?:\S+\s+){0,2}\S*$", before[cut:])
     lead = left.group(0) if left else ""
     punct = re.match(r"[^\w\s]+", after)
     nxt = re.match(r"\s+(\S+)", after)
-    words = len(value.split()) - 1
     if punct:
         trail = re.escape(punct.group(0))
+    elif nxt and not any(o and after.lstrip().startswith(o) for o in others):
+        trail = rf"(?=\s+{re.escape(nxt.group(1))})"
     elif nxt:
-        trail = rf"(?=\s+{re.escape(nxt.group(1))})" if words else r"(?=\s)"
+        trail = r"(?=\s)"
     else:
         trail = "$"
-    if not lead.strip() and trail == "$":
+    if not lead.strip() and trail in ("$", r"(?=\s)"):
         return None
+    words = len(value.split()) - 1
     group = r"(\S+" + (rf"(?:\s+\S+){{0,{words}}}" if words > 0 else "") + ")"
     return (re.escape(lead) if lead.strip() else "^") + group + trail
 
@@ -103,12 +105,13 @@ def kind_of(value: str) -> str:
     return next((k for k, rx in FACT_KINDS.items() if re.fullmatch(rx, value)), "text")
 
 
-def stated_fact(fid: str, value: str, surface: str, text: str, question: str) -> Fact | None:
+def stated_fact(fid: str, value: str, surface: str, text: str, question: str,
+                others: Sequence[str] = ()) -> Fact | None:
     """The fact ``value`` as ``text`` (the surface's text) states it, or None when nothing anchors it."""
     for sent in sentences(text):
         i = stated_at(sent, value)
         if i >= 0:
-            pattern = anchored_pattern(sent, i, value)
+            pattern = anchored_pattern(sent, i, value, others)
             return Fact(fid, value, (surface,), kind_of(value), pattern, (), None, question) if pattern else None
     return None
 
@@ -169,13 +172,16 @@ def derive_facts(prompt: str, procedure: str, calls: Sequence[tuple[str, Mapping
     def known(v: Any) -> bool:
         return any(f.value in spellings(v) for f in facts)
 
+    stated: dict[str, tuple[str, str]] = {}  # value as the prompt writes it -> (tool, argument)
     for tool, args in calls:
         for arg, v in _leaves(args):
             sp = next((s for s in spellings(v) if len(s) >= 2 and stated_at(prompt, s) >= 0), None)
-            if sp is not None and not known(v):
-                q = _unique(f"Which {arg.replace('_', ' ')} should I use for {tool}?", questions, "{base} (item {i})")
-                fact = stated_fact(fact_id(arg), sp, "user", prompt, q)
-                facts += [fact] if fact is not None else []
+            if sp is not None and not any(s in stated for s in spellings(v)):
+                stated[sp] = (tool, arg)
+    for value, (tool, arg) in stated.items():
+        q = _unique(f"Which {arg.replace('_', ' ')} should I use for {tool}?", questions, "{base} (item {i})")
+        fact = stated_fact(fact_id(arg), value, "user", prompt, q, [o for o in stated if o != value])
+        facts += [fact] if fact is not None else []
     context: tuple[Turn, ...] = ()
     lookups = ((tool, arg, v) for tool, args in calls if tool.startswith(READ_VERBS) for arg, v in args.items())
     for tool, arg, v in lookups:
