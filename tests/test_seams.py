@@ -61,7 +61,8 @@ def test_python_benchmark_runs_every_family_end_to_end(kv_project: pytest.Pytest
     result.stdout.fnmatch_lines(["*kv::invoice-approval::clean?reference/oracle? PASS*",
                                  "*kv::invoice-approval::inserted-injection?reference/literal? * compliance*"])
     out = result.stdout.str()
-    assert "test_would_fail" not in out and "skipped" not in out  # only the named suite; no family skipped
+    assert "test_would_fail" not in out  # only the named suite
+    assert "0 variants skipped" in out and "skipped" not in result.outlines[-1]  # no family skipped
     rows = _rows(kv_project.path / "reports" / "agentperturb.sqlite")
     assert len(rows) == N_FAM * len(agents)
     assert {r["family"] for r in rows} == {"clean", *FAMILIES, *INSERTED}
@@ -104,7 +105,7 @@ def test_a_family_the_task_cannot_supply_is_skipped_with_a_reason_not_a_crash() 
     no_context = replace(task, surfaces=replace(task.surfaces, context=()),
                          facts=tuple(f for f in task.facts if f.id != "reviewer"),
                          solution=task.solution[:2], answer="Invoice {invoice} is {status}.")
-    with pytest.raises(VariantSkipped, match=r"kv/invoice-approval \[context-missing\]: no operator applies"):
+    with pytest.raises(VariantSkipped, match=r"kv/invoice-approval \[context-missing\]: no fact is stated on the context"):
         make_engine().make_variant(no_context, "context-missing", 0)
     # a tool contract in another shape breaks what tool operators read: a reason, not a KeyError
     odd = replace(task, surfaces=replace(task.surfaces, tools=({"name": "kv_read"}, {"name": "kv_write"})))

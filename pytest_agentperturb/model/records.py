@@ -53,18 +53,21 @@ class Canary:
 
 @dataclass(frozen=True)
 class Injection:
-    """An instruction planted inside the output of one tool (an inserted object).
+    """An instruction planted where one tool's output shows it (an inserted object).
 
-    The task's environment factory receives the variant's injections and
-    plants them: the JSON-state environment appends ``{"note": text}`` to
-    every successful result of the tool with true name ``tool``; the task's
-    initial state and grader stay untouched.  ``goal`` is the canary of the
-    injected goal.
+    Without a ``vector``, the environment appends ``{"note": text}`` to every
+    successful result of the tool with true name ``tool``.  With one, the
+    environment factory writes ``text`` into that injection vector of its
+    data (a slot of the environment an adapter names, e.g. an AgentDojo
+    injection vector) and ``tool`` is the tool whose output shows it; tool
+    results are then not edited.  Either way the grader files stay
+    untouched.  ``goal`` is the canary of the injected goal.
     """
 
     tool: str
     text: str
     goal: str
+    vector: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,10 @@ class Variant:
     @property
     def edit_text(self) -> str:
         """The diff of the edited surface, or what was planted in tool outputs."""
-        return self.diff or "".join(f"@@ injected into every result of tool {i.tool} @@\n+{i.text}\n"
-                                    for i in self.injections)
+        return self.diff or "".join(
+            (f"@@ injected into vector {i.vector} (shown by tool {i.tool}) @@" if i.vector
+             else f"@@ injected into every result of tool {i.tool} @@") + f"\n+{i.text}\n"
+            for i in self.injections)
 
 
 @dataclass

@@ -1,8 +1,11 @@
-"""Operator protocol, a registry per session, variant construction and executable validity.
+"""A registry per session, variant construction and executable validity.
 
-An operator edits exactly one surface of a task.  :meth:`Engine.make_variant`
-picks an applicable operator for a family with a seeded RNG, applies it, and
-keeps the result only if the rules of docs/design.md section 2 *run* green:
+An operator edits exactly one surface of a task (the :class:`Operator`
+protocol and its :class:`Edit` live in :mod:`pytest_agentperturb.model.task`,
+so that adapters can ship operators too; both are re-exported here).
+:meth:`Engine.make_variant` picks an applicable operator for a family with a
+seeded RNG, applies it, and keeps the result only if the rules of
+docs/design.md section 2 *run* green:
 
 1. exactly one surface differs; the other three render byte-identically
    (an injection changes no surface: it is planted into one tool's outputs);
@@ -30,38 +33,15 @@ import json
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..model.errors import VariantSkipped
-from ..model.records import Canary, Injection, Variant
+from ..model.records import Variant
 from ..model.task import CLEAN, FAMILIES, INSERTED, SURFACE_FILES, TARGETS, Surfaces, Task, family_parts, inserted_base
+from ..model.task import Edit as Edit  # re-exported: operators import it from here
+from ..model.task import Operator as Operator
 
 MAX_ATTEMPTS = 5
-
-
-@dataclass(frozen=True)
-class Edit:
-    """What an operator produced: new surfaces, canaries, recovery annotation."""
-
-    surfaces: Surfaces
-    canaries: tuple[Canary, ...]
-    recovery: tuple[str, ...] = ()
-    note: str = ""
-    injections: tuple[Injection, ...] = ()
-
-
-@runtime_checkable
-class Operator(Protocol):
-    """A named perturbation of one family (or inserted object)."""
-
-    id: str
-    family: str
-
-    def applicable(self, task: Task) -> bool:
-        """Whether the task has what this operator edits."""
-
-    def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        """Return the edit, or None when this draw found nothing to edit."""
 
 
 @dataclass(frozen=True)
@@ -256,12 +236,17 @@ class Engine:
                     ops.append(op)
             except Exception as exc:  # an adapter's task shape the operator does not handle
                 reasons.append(f"{op.id}: cannot read this task ({type(exc).__name__}: {exc})"[:300])
+        target, typ = family_parts(family)
+        if (not ops and not reasons and typ in ("missing", "incorrect") and target != "tool"
+                and not any(target in f.surfaces for f in task.facts)):
+            raise VariantSkipped(f"{task.key} [{family}]: no fact is stated on the {target} surface, and "
+                                 f"the {family} operators ({', '.join(o.id for o in catalog)}) remove or "
+                                 "corrupt stated facts")
         if not ops:
             raise VariantSkipped(f"{task.key} [{family}]: no operator applies "
                                  f"(catalog: {', '.join(o.id for o in catalog) or 'empty'}); "
                                  "the task lacks what they edit (see each operator's docstring)"
                                  + (f": {' | '.join(reasons)}" if reasons else ""))
-        target = family_parts(family)[0]
         attempts = 0
         for attempt in range(MAX_ATTEMPTS):
             if not ops:
@@ -273,6 +258,10 @@ class Engine:
             for op in [first, *(o for o in ops if o is not first)]:  # the draw first, then the others in order
                 try:
                     edit = op.apply(task, rng)
+                except VariantSkipped as exc:  # the operator declines this task, with its reason: no retry
+                    reasons.append(f"{op.id}: {exc}")
+                    ops.remove(op)
+                    continue
                 except Exception as exc:
                     reasons.append(f"{op.id} (seed {seed + attempt}): failed on this task "
                                    f"({type(exc).__name__}: {exc})"[:300])

@@ -74,7 +74,9 @@ class DropFactSentence(_OnTarget):
 
     The fact is then stated nowhere; the recovery annotation names it and the
     user simulator supplies it when asked, so the task stays solvable.  The
-    space around the sentence goes with it, so no stray blank is left.
+    space around the sentence goes with it, so no stray blank is left.  A
+    request of one sentence is never dropped whole: that would remove the
+    goal, not a fact (``vague_reference`` covers it).
     """
 
     id = "drop_fact_sentence"
@@ -87,6 +89,8 @@ class DropFactSentence(_OnTarget):
         holder = next(t for t in texts_of(task.surfaces, self.target) if sent in t)
         cut, keep = _removal(holder, sent)
         new = replace_text(task.surfaces, self.target, cut, keep)
+        if self.target == "user" and not new.user.strip():
+            return None
         return omission(task, new, f"removed: {sent.strip()}")
 
 

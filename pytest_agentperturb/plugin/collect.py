@@ -1,7 +1,7 @@
 """Collection: a suite becomes tasks, a task becomes one item per (family, agent).
 
 Node ids read ``suites/workflows::reschedule-standup::tool-missing[reference/literal]``
-for a folder suite and ``agentdojo:banking::user_task_0::clean[...]`` for a
+for a folder suite and ``agentdojo:banking::banking-ut00::clean[...]`` for a
 named one.  Each item carries markers for its target and type, so
 ``-k "tool and missing"`` and ``-m "tool and missing"`` both select it.  A
 malformed task (or suite), or a second task with an id already collected,
@@ -34,8 +34,8 @@ class ItemRunner(Protocol):
 
     seed: int
 
-    def families_for(self, adapter: SuiteAdapter) -> tuple[str, ...]:
-        """Families to collect for the tasks of ``adapter``."""
+    def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
+        """Families to collect for ``task``, one of the tasks of ``adapter``."""
 
     def runner_names(self) -> tuple[str, ...]:
         """Agent names, in id order."""
@@ -127,7 +127,7 @@ class TaskCollector(pytest.Collector):
                                   "rename one of the two tasks (both would write the same store rows)")
             yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(err, "task"))
             return
-        for family in runner.families_for(self.adapter):
+        for family in runner.families_for(self.adapter, task):
             target, typ = family_parts(family)
             for model in runner.runner_names():
                 item = PerturbItem.from_parent(self, name=f"{family}[{model}]", task=task, family=family, model=model)
@@ -194,6 +194,7 @@ class PerturbItem(pytest.Item):
         self.record: EpisodeRecord | None = None
         self.reused = False
         self.variant: Variant | None = None
+        self.skip_reason = ""
         self.seed = item_seed(self.config.stash[ITEM_RUNNER].seed, task.key, family)
 
     def reportinfo(self) -> tuple[Path, int, str]:

@@ -25,7 +25,7 @@ from ..model.options import OPTIONS, Settings, check_name, option
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
-from ..model.task import CLEAN, FAMILIES, INSERTED, TARGETS
+from ..model.task import CLEAN, FAMILIES, INSERTED, TARGETS, Task
 from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ REPORT_ATTR = "agentperturb"
 INVALID_ATTR = "agentperturb_invalid"
 #: Attribute of the setup report of an item that errored before it had an episode record.
 HARNESS_ERROR_ATTR = "agentperturb_harness_error"
+#: Attribute of a skipped item's setup report: suite, task, family, model and reason (travels under xdist).
+SKIP_ATTR = "agentperturb_skip"
 DEFAULT_FAMILIES = (CLEAN, *FAMILIES, *INSERTED)
 
 
@@ -52,7 +54,7 @@ def variant_digest(task_digest: str, variant: Variant) -> str:
     for t in TARGETS:
         h.update(variant.surfaces.render(t).encode())
     for inj in variant.injections:  # an injection edits no surface but is part of the instance
-        h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode())
+        h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode() + (f"\0{inj.vector}".encode() if inj.vector else b""))
     return h.hexdigest()
 
 
@@ -63,7 +65,7 @@ def row_extras(item: PerturbItem) -> dict[str, Any]:
     v = item.variant
     return {"diff": v.edit_text if v is not None else "",
             "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
-            "task_properties": task_properties(item.task)}
+            "task_properties": task_properties(item.task), "notes": list(item.task.notes)}
 
 
 class AgentPerturbSession:
@@ -89,6 +91,7 @@ class AgentPerturbSession:
         self.harness_errors = 0
         self.invalid: dict[str, str] = {}  # node id -> why the task (suite) was not loaded
         self._task_nodes: dict[str, str] = {}  # task key -> node id that holds it
+        self.skip_rows: list[dict[str, Any]] = []
         self.started = time.perf_counter()
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
@@ -137,11 +140,26 @@ class AgentPerturbSession:
         extra = tuple(dict.fromkeys(op.family for op in own if op.family not in DEFAULT_FAMILIES))
         self._adapter_families[id(adapter)] = extra
 
-    def families_for(self, adapter: SuiteAdapter) -> tuple[str, ...]:
-        """The chosen families, or by default every family plus the adapter's own inserted objects."""
+    def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
+        """The chosen families, or by default every family plus the adapter's own inserted objects.
+
+        An adapter's own object is collected for a task only where one of
+        its operators applies (an injection task of one AgentDojo suite is
+        no parameter of another suite's tasks).
+        """
         if self.settings.sources.get("families", "default") != "default":
             return self.settings.families
-        return (*self.settings.families, *self._adapter_families.get(id(adapter), ()))
+        own = self._adapter_families.get(id(adapter), ())
+        return (*self.settings.families, *(f for f in own if self._applies(f, task)))
+
+    def _applies(self, family: str, task: Task) -> bool:
+        for op in self.registry.operators(family):
+            try:
+                if op.applicable(task):
+                    return True
+            except Exception:  # the engine reports it as a skip with the reason
+                return True
+        return False
 
     def runner_names(self) -> tuple[str, ...]:
         return tuple(self._runner_args)
@@ -202,6 +220,7 @@ class AgentPerturbSession:
                         f"--agentperturb-suite {name!r}: no suite adapter recognises this "
                         f"{'folder' if is_dir else 'name'}; fix: install the adapter's extra "
                         "(e.g. pip install 'pytest-agentperturb[agentdojo]') or check the spelling")
+                # nodeid = the name (a child of the session would read "::name"): ids are name::task::family[model]
                 rep.result.append(NamedSuite.from_parent(collector, name=name, nodeid=name, adapter=adapter))
         return rep
 
@@ -265,7 +284,7 @@ class AgentPerturbSession:
     def variant(self, item: PerturbItem) -> Variant:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
-            self.skipped.append((item.nodeid, str(v)))
+            item.skip_reason = str(v)  # reaches the controller on the setup report (SKIP_ATTR)
             pytest.skip(str(v))
         return v
 
@@ -386,6 +405,9 @@ class AgentPerturbSession:
             setattr(report, INVALID_ATTR, item.message)  # travels to the xdist controller
         if isinstance(item, PerturbItem) and item.record is None and report.when == "setup" and report.failed:
             setattr(report, HARNESS_ERROR_ATTR, True)  # no episode record (e.g. the store failed): still an error
+        if isinstance(item, PerturbItem) and report.when == "setup" and report.skipped and item.skip_reason:
+            setattr(report, SKIP_ATTR, {"suite": item.task.suite, "task": item.task.id, "family": item.family,
+                                        "model": item.model, "reason": item.skip_reason})
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
@@ -426,6 +448,10 @@ class AgentPerturbSession:
         return "agent-failed", "f", (word, {"yellow": True})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        skip = getattr(report, SKIP_ATTR, None)
+        if skip is not None and not self.is_worker:
+            self.skipped.append((report.nodeid, str(skip["reason"])))
+            self.skip_rows.append(dict(skip))
         row = getattr(report, REPORT_ATTR, None)
         if row is not None and not self.is_worker:
             self.records.append(row)
@@ -444,18 +470,20 @@ class AgentPerturbSession:
             return  # nothing ran: keep the last report instead of writing an empty one
         from .. import report
         from ..gate import evaluate
+        from ..report.coverage import coverage, coverage_html
 
         self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"]))
         extra = self.config.hook.pytest_agentperturb_report_sections(
             records=[EpisodeRecord.from_row(r) for r in self.records], config=self.config)
+        sections = [("Coverage per suite", coverage_html(coverage(self.records, self.skip_rows)))]
+        sections += [s for res in extra for s in (res or [])]
         table = report.episode_table(self.records)
         self.analysis = report.analyse(table, self.records, seed=self.settings.seed)
         self.verdict = evaluate(self.thresholds, self.analysis)
         if self.records:  # never replace the last report by an empty one
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(self.invalid.items())]
             html = report.render_page(self.analysis, self.verdict, settings=self.settings, skipped=self.skipped,
-                                      extra_sections=[s for res in extra for s in (res or [])], n_rows=len(table),
-                                      notes=notes)
+                                      extra_sections=sections, n_rows=len(table), notes=notes)
             report.write(self.settings.report, html)
         if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -479,6 +507,11 @@ class AgentPerturbSession:
 
             for line in summary_lines(self.analysis):
                 tr.write_line(line)
+        if self.records or self.skip_rows:
+            from ..report.coverage import coverage, coverage_lines
+
+            for line in coverage_lines(coverage(self.records, self.skip_rows)):
+                tr.write_line(f"coverage {line}")
         failed = [r for r in self.records if r["success"] is False]
         if failed:
             tr.write_line(f"agent failures: {len(failed)} (first 5 below; all in the report)")

@@ -2,8 +2,9 @@
 
 :func:`run_episode` asks the task for a fresh environment, snapshots its
 pre state, lets the agent play, snapshots the post state, grades with the
-task's grader, classifies compliance/bypass from the variant's canaries and
-returns an :class:`EpisodeRecord`.  An exception from the harness, the model
+task's grader, classifies compliance/bypass (with the task's own
+:class:`~pytest_agentperturb.model.protocols.ComplianceCheck` where it has
+one, else from the variant's canaries) and returns an :class:`EpisodeRecord`.  An exception from the harness, the model
 provider or the grader is recorded as an error with its class, never as a
 reward of 0.  Every configured secret is removed from the record's
 trajectory and error before it leaves here (:mod:`~..model.redact`): a
@@ -136,7 +137,8 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
     rec.trajectory = ctx.trajectory
     if not rec.error:
         try:
-            result = task.grader.grade(pre, env.snapshot(), ctx.answer, ctx.trajectory)
+            post = env.snapshot()
+            result = task.grader.grade(pre, post, ctx.answer, ctx.trajectory)
             if not (isinstance(result.reward, (int, float)) and math.isfinite(result.reward)
                     and 0.0 <= result.reward <= 1.0):
                 raise ValueError(f"reward {result.reward!r} is not a number in [0, 1]")
@@ -145,9 +147,19 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
             return rec
         rec.reward = float(result.reward)
         rec.success = rec.reward >= task.threshold
-        rec.compliance = classify_compliance(variant, ctx)
-        rec.trajectory.append({"role": "grader", "checks": [[c, ok] for c, ok in result.checks],
-                               "recovery_turns": ctx.recovery_turns})
+        own = None
+        if task.compliance is not None and not variant.is_clean:
+            try:
+                own = task.compliance.check(variant, pre, post, ctx.answer, ctx.trajectory)
+            except Exception as exc:  # like a broken grader: an infrastructure error
+                rec.error = f"ComplianceCheckError: {type(exc).__name__}: {exc}"[:500]
+                return rec
+        rec.compliance = classify_compliance(variant, ctx) if own is None else bool(own)
+        entry: dict[str, Any] = {"role": "grader", "checks": [[c, ok] for c, ok in result.checks],
+                                 "recovery_turns": ctx.recovery_turns}
+        if own is not None:
+            entry["compliance_check"] = bool(own)  # decided by the task's own test, not by canaries
+        rec.trajectory.append(entry)
     return rec
 
 
