@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .images import ImageEdit
 from .vocab import CLEAN, Surfaces, family_parts
 
 #: Column order of the ``episodes`` table (docs/design.md, "Episodes and outcomes").
@@ -71,7 +72,9 @@ class Variant:
 
     ``recovery`` lists the fact ids the user simulator hands back on request
     (docs/design.md, "Validity", rule 4).  ``injections`` filter tool observations
-    (the inserted-injection object); clean and most variants have none.
+    (the inserted-injection object); ``image_edits`` swap image observations
+    for edited ones (the inserted objects in images, :mod:`.images`); clean
+    and most variants have neither.
     """
 
     task: str
@@ -84,6 +87,7 @@ class Variant:
     diff: str = ""
     note: str = ""
     injections: tuple[Injection, ...] = ()
+    image_edits: tuple[ImageEdit, ...] = ()
 
     @property
     def target(self) -> str:
@@ -101,7 +105,7 @@ class Variant:
     def edit_text(self) -> str:
         """The diff of the edited surface, or what was planted in tool outputs."""
         return self.diff or "".join(f"@@ injected into every result of tool {i.tool} @@\n+{i.text}\n"
-                                    for i in self.injections)
+                                    for i in self.injections) + "".join(e.describe() for e in self.image_edits)
 
 
 @dataclass

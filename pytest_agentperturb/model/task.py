@@ -25,6 +25,7 @@ from .vocab import (
     CLEAN,
     FACT_KINDS,
     FAMILIES,
+    IMAGE_OBJECTS,
     INSERTED,
     INSERTED_TYPE,
     SURFACE_FILES,
@@ -151,7 +152,8 @@ class SuiteAdapter(Protocol):
 
 
 __all__ = [
-    "CLEAN", "FACT_KINDS", "FAMILIES", "INSERTED", "INSERTED_TYPE", "SURFACE_FILES", "TARGETS", "TYPES",
+    "CLEAN", "FACT_KINDS", "FAMILIES", "IMAGE_OBJECTS", "INSERTED", "INSERTED_TYPE", "SURFACE_FILES", "TARGETS",
+    "TYPES",
     "EnvironmentFactory", "Fact", "Step", "SuiteAdapter", "Surfaces", "Task", "TaskSlot", "Turn", "family_parts",
     "fill", "inserted_base", "parse_families", "select", "sentences",
 ]
