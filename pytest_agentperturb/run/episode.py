@@ -19,6 +19,7 @@ from typing import Any
 
 from ..model.context import ASK_USER, EpisodeContext
 from ..model.context import Agent
+from ..model.images import EditedImages
 from ..model.protocols import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.task import Task
@@ -96,6 +97,8 @@ async def run_episode(
     )
     try:
         env = task.environment(variant.injections)
+        if variant.image_edits:  # inserted objects in images: an observation filter
+            env = EditedImages(env, variant.image_edits)
         pre = env.snapshot()
     except Exception as exc:  # the adapter's environment factory failed: not the agent's doing
         rec.error = f"EnvironmentError: {type(exc).__name__}: {exc}"[:500]

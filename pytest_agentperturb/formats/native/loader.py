@@ -5,7 +5,8 @@
     suites/workflows/
         suite.toml                 name, description, success threshold
         reschedule-standup/
-            task.toml              id, title, tools, facts, file names
+            task.toml              id, title, tools, facts (and the tools whose images
+                                   state a fact: observations), file names
             instruction.md         user surface (the goal)
             procedure.md           procedure surface (policy, system prompt)
             context.json           context surface: earlier turns
@@ -180,9 +181,16 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0, *,
             if check_statements and value not in surfaces.render(s):
                 raise TaskFormatError(tpath, f"{where}value", f"{value!r} stated verbatim on surface '{s}'",
                                       "no such text", f"state the value in {files[s]} or drop '{s}'")
+        seen_in = tuple(_want(tpath, raw, "observations", list, "a list of tool names whose images state it",
+                              default=[], where=where))
+        for t in seen_in:
+            if t not in tool_names:
+                raise TaskFormatError(tpath, f"{where}observations", f"tools of this task ({', '.join(tool_names)})",
+                                      repr(t), "name the tool whose image shows the value")
         fact = Fact(id=fid, value=value, surfaces=where_surf, kind=kind, pattern=pattern,
                     cues=tuple(raw.get("cues", ())), domain=raw.get("domain"),
-                    question=str(raw.get("question", f"What is the {fid.replace('_', ' ')}?")))
+                    question=str(raw.get("question", f"What is the {fid.replace('_', ' ')}?")),
+                    observations=seen_in)
         if fact.domain is not None and value not in [str(v) for v in select(env, fact.domain)]:
             raise TaskFormatError(tpath, f"{where}domain", f"a path whose values include {value!r}",
                                   repr(fact.domain))
