@@ -31,8 +31,11 @@ class ItemRunner(Protocol):
 
     seed: int
 
-    def families_for(self, adapter: SuiteAdapter) -> tuple[str, ...]:
-        """Families to collect for the tasks of ``adapter``."""
+    def families_for(self, adapter: SuiteAdapter, task: Task | None = None) -> tuple[str, ...]:
+        """Families to collect for ``task`` of ``adapter``."""
+
+    def task_keywords(self, task: Task) -> tuple[str, ...]:
+        """Markers every item of ``task`` gets (e.g. ``image``)."""
 
     def runner_names(self) -> tuple[str, ...]:
         """Agent names, in id order."""
@@ -103,10 +106,13 @@ class TaskCollector(pytest.Collector):
     def collect(self) -> Iterator[pytest.Item]:
         runner = self.config.stash[ITEM_RUNNER]
         task = self.load()
-        for family in runner.families_for(self.adapter):
+        keywords = runner.task_keywords(task)
+        for family in runner.families_for(self.adapter, task):
             target, typ = family_parts(family)
             for model in runner.runner_names():
                 item = PerturbItem.from_parent(self, name=f"{family}[{model}]", task=task, family=family, model=model)
+                for kw in keywords:
+                    item.add_marker(kw)
                 if family == CLEAN:
                     item.add_marker("clean")
                 else:
