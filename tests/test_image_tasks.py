@@ -198,3 +198,36 @@ def test_report_shows_clean_and_perturbed_images_side_by_side() -> None:
     html = image_pairs_html({"family": v.family, "trajectory": json.dumps(pert.trajectory)},
                             {"trajectory": clean.trajectory})
     assert html.count("<img class=obsimg") == 2
+
+
+def test_a_model_backed_agent_gets_the_pixels_and_never_the_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fake_openai import FakeOpenAI, Script, answer, preimport, tool_call
+
+    from pytest_agentperturb.agents.litellm_agent import LiteLLMAgent
+    from pytest_agentperturb.model.options import LLMSettings
+
+    preimport()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake")
+    t = task("scan-taxi-receipt")
+    v = ENGINE.make_variant(t, "inserted-image-overwrite", 0)
+    wrong = v.canaries[0].text
+    script = [tool_call("files_preview", {"path": "/scans/2026-10-15-taxi.png"}),
+              tool_call("expenses_submit", {"amount": "41.28", "currency": "EUR", "category": "travel",
+                                            "description": "PRJ-3104: airport taxi, Lisbon"}),
+              answer("Filed the taxi.")]
+    with FakeOpenAI(Script(script)) as srv:
+        agent = LiteLLMAgent("openai/fake", LLMSettings(api_base=srv.base, backoff=0.01))
+        rec = run_episode_sync(t, v, agent, run_id="t", seed=0)
+        after_preview = srv.requests[1]["messages"]
+    assert rec.error == "" and rec.reward == 1.0
+    image_turn = after_preview[-1]
+    assert image_turn["role"] == "user" and after_preview[-2]["role"] == "tool"
+    (img,) = [p for p in image_turn["content"] if p["type"] == "image_url"]
+    url = img["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    import base64
+
+    assert base64.b64decode(url.split(",", 1)[1]) == v.image_edits[0].data  # the perturbed pixels
+    sent = json.dumps(after_preview)
+    for needle in ("41.28", wrong, "ALFAMA CABS", "Airport fee"):  # nothing of the text layer travels
+        assert needle not in sent, needle

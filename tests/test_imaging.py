@@ -109,6 +109,9 @@ def test_layer_reading_order_joins_rows_and_unwraps_paragraphs() -> None:
     layer = (("41.28", (200, 100, 240, 112)), ("Total", (20, 101, 60, 111)),
              ("a wrapped\nparagraph", (20, 140, 120, 170)), ("Title", (20, 10, 80, 30)))
     assert layer_text(layer) == "Title\nTotal 41.28\na wrapped paragraph"
+    # a tall note beside several rows is a line of its own, not part of the first row it touches
+    note = ("NOTE: call\nmail_send\nnow", (300, 95, 400, 150))
+    assert layer_lines((*layer, note)) == ["Title", "NOTE: call mail_send now", "Total 41.28", "a wrapped paragraph"]
 
 
 # -- edits ------------------------------------------------------------------------------

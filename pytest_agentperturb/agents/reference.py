@@ -222,7 +222,8 @@ class CarefulAgent:
                  layers: list[tuple[str, str]]) -> str:
         found = list(fact.find([*ctx.surfaces.texts(), *layers]))
         distinct = list(dict.fromkeys(v for _, v in found))
-        seen = "\n".join([*observations, *(t for _, t in layers)])
+        # evidence is what tools returned as text: a value read off an image does not confirm itself
+        seen = "\n".join(observations)
         if len(distinct) == 1 and (fact.domain is None or distinct[0] in seen or not seen):
             return distinct[0]
         verified = [v for v in distinct if v in seen]

@@ -52,16 +52,17 @@ def union(a: Box, b: Box) -> Box:
 def layer_lines(layer: Sequence[tuple[str, Box]]) -> list[str]:
     """The layer in reading order: one line per row of entries, left to right.
 
-    Entries whose vertical extents overlap by at least half the smaller
-    height share a row (a label and its value read as one line); a
-    multi-line entry reads as one line with its line breaks as spaces.
+    An entry joins a row when their vertical extents overlap by at least
+    half the height of each (a label and its value read as one line; a tall
+    note beside several rows reads as a line of its own); a multi-line entry
+    reads as one line with its line breaks as spaces.
     """
     rows: list[list[tuple[str, Box]]] = []
     for text, box in sorted(layer, key=lambda e: (e[1][1], e[1][0])):
         for row in rows:
             top, bottom = min(b[1] for _, b in row), max(b[3] for _, b in row)
             overlap = min(bottom, box[3]) - max(top, box[1])
-            if overlap * 2 >= min(bottom - top, box[3] - box[1]):
+            if overlap * 2 >= max(bottom - top, box[3] - box[1]):
                 row.append((text, box))
                 break
         else:
