@@ -9,10 +9,12 @@ agent gets only the pixels.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,8 +205,9 @@ def test_report_shows_clean_and_perturbed_images_side_by_side() -> None:
 def test_a_model_backed_agent_gets_the_pixels_and_never_the_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_openai import FakeOpenAI, Script, answer, preimport, tool_call
 
-    from pytest_agentperturb.agents.litellm_agent import LiteLLMAgent
+    from pytest_agentperturb.agents.litellm_agent import LiteLLMAgent, close_clients
     from pytest_agentperturb.model.options import LLMSettings
+    from pytest_agentperturb.run.episode import run_episode
 
     preimport()
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake")
@@ -215,9 +218,14 @@ def test_a_model_backed_agent_gets_the_pixels_and_never_the_layer(monkeypatch: p
               tool_call("expenses_submit", {"amount": "41.28", "currency": "EUR", "category": "travel",
                                             "description": "PRJ-3104: airport taxi, Lisbon"}),
               answer("Filed the taxi.")]
+    async def episode(agent: LiteLLMAgent) -> Any:
+        try:
+            return await run_episode(t, v, agent, run_id="t", seed=0)
+        finally:
+            await close_clients()  # litellm caches HTTP clients per loop: close them on this one
+
     with FakeOpenAI(Script(script)) as srv:
-        agent = LiteLLMAgent("openai/fake", LLMSettings(api_base=srv.base, backoff=0.01))
-        rec = run_episode_sync(t, v, agent, run_id="t", seed=0)
+        rec = asyncio.run(episode(LiteLLMAgent("openai/fake", LLMSettings(api_base=srv.base, backoff=0.01))))
         after_preview = srv.requests[1]["messages"]
     assert rec.error == "" and rec.reward == 1.0
     image_turn = after_preview[-1]
