@@ -7,12 +7,19 @@ from its folder, and run on 64x64 windows: only the box may change.
 
 from __future__ import annotations
 
-import socket
-import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
+import os
 
-import pytest
+# huggingface_hub reads these once, on first import: before importorskip imports diffusers
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import socket  # noqa: E402
+import sqlite3  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
 
 pytest.importorskip("diffusers", reason="needs the vision extra: pip install -e '.[vision]' (torch==2.13.0 CPU)")
 
@@ -50,9 +57,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def backend(model_dir: Path) -> DiffusersBackend:
-    b = load_backend("diffusers", model_dir)
-    assert isinstance(b, DiffusersBackend)
-    return b
+    assert isinstance(load_backend("diffusers", model_dir), DiffusersBackend)
+    return DiffusersBackend(model_dir, steps=2)  # the real pipeline code; two steps are enough for a test
 
 
 @pytest.fixture
