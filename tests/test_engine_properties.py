@@ -27,8 +27,8 @@ fast = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCh
 
 
 def test_the_built_in_suite_is_loaded() -> None:
-    assert len(TASKS) == 15
-    assert sum(1 for t in TASKS if any(f.observations for f in t.facts)) == 6  # facts only images state
+    assert len(TASKS) == len([p for p in SUITE.iterdir() if (p / "task.toml").is_file()]) >= 15
+    assert sum(1 for t in TASKS if any(f.observations for f in t.facts)) >= 6  # facts only images state
 
 
 @fast
