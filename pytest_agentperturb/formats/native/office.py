@@ -14,10 +14,12 @@ an error observation.
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any
 
 from ...model.errors import ToolError
-from ...model.protocols import Observation, TextPart
+from ...model.protocols import ImagePart, Observation, TextPart
 from ..python import Param, Toolkit
 
 #: The office backend: every built-in tool by true name.
@@ -123,9 +125,15 @@ def _files_read(state: dict[str, Any], path: str) -> Any:
 
 
 def _image(spec: Any, caption: str) -> Observation:
+    return Observation((TextPart(caption), _render(json.dumps(spec, sort_keys=True))))
+
+
+@lru_cache(maxsize=128)
+def _render(spec: str) -> ImagePart:
+    """Rendering is deterministic and parts are immutable: each spec is drawn once per process."""
     from ...imaging.render import render
 
-    return Observation((TextPart(caption), render(spec)))
+    return render(json.loads(spec))
 
 
 @tool("files_preview", "Show a rendered preview of a file (scans, screenshots, PDFs) as an image.",
