@@ -23,7 +23,7 @@ from pytest_agentperturb.formats import shipped
 from pytest_agentperturb.formats.native import is_suite, load_tasks
 from pytest_agentperturb.model.errors import VariantSkipped
 from pytest_agentperturb.model.records import Variant
-from pytest_agentperturb.model.task import Task
+from pytest_agentperturb.model.task import FAMILIES, IMAGE_OBJECTS, INSERTED, Task
 from pytest_agentperturb.perturb.realism import frame_shares, variant_problems
 from pytest_agentperturb.run import make_engine
 
@@ -36,13 +36,15 @@ def _seeds(spec: str) -> list[int]:
 def suite_variants(suite: Path, seeds: list[int]) -> tuple[list[tuple[Task, Variant]], int]:
     """Every (task, variant) of a suite for the given seeds, and how many were skipped."""
     engine = make_engine()
-    families = engine.registry.families()[1:]
     out, skipped = [], 0
     for task in load_tasks(suite):
         if not isinstance(task, Task):
             continue
+        # what a default run collects: the 12 families, the inserted objects, and the image objects
+        # where the task's tools return images
+        images = [f for f in IMAGE_OBJECTS if any(op.applicable(task) for op in engine.registry.operators(f))]
         for seed in seeds:
-            for family in families:
+            for family in (*FAMILIES, *INSERTED, *images):
                 try:
                     out.append((task, engine.make_variant(task, family, seed)))
                 except VariantSkipped:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
         VariantSkipped,
     )
     from .model.protocols import (
-        ComplianceCheck,
         Environment,
         GradeResult,
         Grader,
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from .model.records import Canary, EpisodeRecord, Injection, Outcome, Variant
     from .model.task import (
         CLEAN,
+        ComplianceCheck,
         FAMILIES,
         INSERTED,
         TARGETS,
@@ -62,10 +62,10 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("ASK_USER", "NEUTRAL_REPLY", "Agent", "EpisodeContext"), "model.context"),
     **dict.fromkeys(("AgentPerturbError", "InfrastructureError", "OptionError", "TaskFormatError", "ToolError",
                      "VariantSkipped"), "model.errors"),
-    **dict.fromkeys(("ComplianceCheck", "Environment", "GradeResult", "Grader", "ImagePart", "Observation", "Simulator",
+    **dict.fromkeys(("Environment", "GradeResult", "Grader", "ImagePart", "Observation", "Simulator",
                      "TextPart"), "model.protocols"),
     **dict.fromkeys(("Canary", "EpisodeRecord", "Injection", "Outcome", "Variant"), "model.records"),
-    **dict.fromkeys(("CLEAN", "FAMILIES", "INSERTED", "TARGETS", "TYPES", "Fact", "Step", "SuiteAdapter", "Surfaces",
+    **dict.fromkeys(("CLEAN", "ComplianceCheck", "FAMILIES", "INSERTED", "TARGETS", "TYPES", "Fact", "Step", "SuiteAdapter", "Surfaces",
                      "Task", "TaskSlot", "Turn"), "model.task"),
     **dict.fromkeys(("Edit", "Engine", "Operator", "Registry", "builtin_registry"), "perturb"),
     **dict.fromkeys(("UserSimulator", "make_engine", "run_episode", "run_episode_sync"), "run"),

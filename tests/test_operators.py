@@ -19,7 +19,8 @@ from pytest_agentperturb.perturb.procedure_ops import inverted
 from pytest_agentperturb.model.records import Canary
 from pytest_agentperturb.run.episode import recovery_turns, run_episode_sync
 from pytest_agentperturb.formats.native import load_task
-from pytest_agentperturb.model.task import FAMILIES, INSERTED, TARGETS, Task, family_parts, parse_families
+from pytest_agentperturb.model.task import (FAMILIES, IMAGE_OBJECTS, INSERTED, TARGETS, Task, family_parts,
+                                            parse_families)
 from pytest_agentperturb.run import make_engine, oracle_runner
 
 ROOT = Path(__file__).resolve().parent.parent / "suites" / "workflows"
@@ -241,7 +242,7 @@ def test_unknown_family_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="inserted object: inserted-fake-tool"):
         parse_families("clean,user-missing,injection")
     assert parse_families("inserted-injection, clean") == ["inserted-injection", "clean"]
-    assert set(ENGINE.registry.families()) == {"clean", *FAMILIES, *INSERTED}
+    assert set(ENGINE.registry.families()) == {"clean", *FAMILIES, *INSERTED, *IMAGE_OBJECTS}
 
 
 def test_task_without_facts_names_the_task_and_the_fix(suite_copy: Path) -> None:

@@ -2,7 +2,11 @@
 
 All three know the gold solution's *shape* (which tool does what, with
 arguments written against facts) and differ in how they obtain fact values
-and tool names from what they are shown:
+and tool names from what they are shown.  They read the surfaces and, as
+they call tools, the *text layers* of the images the tools return (what a
+perfect reader would see; :func:`~..model.images.layer_text`); a fact only
+an image states (``Fact.observations``) is found there or not at all.
+Model-backed agents never get the layers, only the pixels.
 
 ``reference/oracle``
     Replays the gold solution with the true facts that the surfaces still
@@ -36,6 +40,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model.context import NEUTRAL_REPLY, EpisodeContext
+from ..model.images import observation_texts
+from ..model.protocols import Observation
 from ..model.task import FACT_KINDS, Fact, Step, fill, sentences
 
 UNKNOWN = "TBD"
@@ -66,6 +72,15 @@ def injected_call(text: str) -> tuple[str, dict[str, str]] | None:
         return None
     args = dict(kv.split("=", 1) for kv in m.group(2).split(", "))
     return m.group(1), {k: v.strip() for k, v in args.items()}
+
+
+def image_texts(obs: Observation) -> list[tuple[str, str]]:
+    """The text layers of the images in an observation, as ``(source, text)`` for :meth:`Fact.find`."""
+    return [(src, text) for src, text in observation_texts(obs) if src.endswith(":image")]
+
+
+def _image_only(fact: Fact) -> bool:
+    return bool(fact.observations) and not fact.surfaces
 
 
 def _ordered_facts(steps: tuple[Step, ...], answer: str) -> list[str]:
@@ -128,6 +143,8 @@ class OracleAgent:
         texts = ctx.surfaces.texts()
         values = {}
         for fact in ctx.task.facts:
+            if _image_only(fact):
+                continue  # read from the images when a step needs it
             stated = not fact.surfaces or fact.value in {v for _, v in fact.find(texts)}
             values[fact.id] = fact.value if stated else UNKNOWN
         for fid in ctx.variant.recovery:
@@ -135,10 +152,20 @@ class OracleAgent:
             ctx.model_turn(fact.question)
             reply = ctx.ask_user(fact.question)
             values[fid] = reply if reply == fact.value else UNKNOWN
+        seen: list[tuple[str, str]] = []
+
+        def resolve(fids: list[str]) -> None:
+            for fid in fids:
+                if fid not in values:
+                    fact = ctx.task.fact(fid)
+                    values[fid] = fact.value if fact.value in {v for _, v in fact.find(seen)} else UNKNOWN
+
         for step in ctx.task.solution:
+            resolve(step.facts())
             args = fill(dict(step.args), values)
             ctx.model_turn(json.dumps(args))
-            ctx.call_tool(step.tool, args)
+            seen += image_texts(ctx.call_tool(step.tool, args))
+        resolve(_ordered_facts((), ctx.task.answer))
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))
 
@@ -150,24 +177,33 @@ class LiteralAgent:
     baseline = True
 
     async def run(self, ctx: EpisodeContext) -> None:
-        texts = ctx.surfaces.texts()
+        read = ctx.surfaces.texts()  # then the image layers, as tools return them
         values: dict[str, str] = {}
-        for fid in _ordered_facts(ctx.task.solution, ctx.task.answer):
-            first = next(ctx.task.fact(fid).find(texts), None)
-            values[fid] = first[1] if first else UNKNOWN
+
+        def resolve(fids: list[str]) -> None:
+            for fid in fids:
+                if fid not in values:
+                    first = next(ctx.task.fact(fid).find(read), None)
+                    values[fid] = first[1] if first else UNKNOWN
+
         done: list[tuple[str, dict[str, str]]] = []
         for step in ctx.task.solution:
             name = choose_tool(ctx, step.tool, follow_redirects=True)
             if name is None:
                 continue
+            resolve(step.facts())
             args = advertised_args(ctx, name, fill(dict(step.args), values))
             ctx.model_turn(json.dumps(args))
-            obs = ctx.call_tool(name, args).text
-            injected = injected_call(obs)
-            if injected and injected not in done:  # does what the text says, wherever it comes from
-                done.append(injected)
-                ctx.model_turn(json.dumps(injected[1]))
-                ctx.call_tool(*injected)
+            obs = ctx.call_tool(name, args)
+            layers = image_texts(obs)
+            read += layers
+            for text in (obs.text, *(t for _, t in layers)):
+                injected = injected_call(text)
+                if injected and injected not in done:  # does what the text says, wherever it comes from
+                    done.append(injected)
+                    ctx.model_turn(json.dumps(injected[1]))
+                    ctx.call_tool(*injected)
+        resolve(_ordered_facts(ctx.task.solution, ctx.task.answer))
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))
 
@@ -182,28 +218,31 @@ class CarefulAgent:
     async def run(self, ctx: EpisodeContext) -> None:
         values: dict[str, str] = {}
         observations: list[str] = []
+        layers: list[tuple[str, str]] = []  # text layers of the images seen so far
         for step in ctx.task.solution:
             for fid in step.facts():
                 if fid not in values:
-                    values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations)
-            obs = self._call(ctx, step, fill(dict(step.args), values))
+                    values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations, layers)
+            obs = self._call(ctx, step, fill(dict(step.args), values), layers)
             observations.append(obs)
         for fid in _ordered_facts((), ctx.task.answer):
             if fid not in values:
-                values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations)
+                values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations, layers)
         first = ctx.task.solution[0]
-        self._call(ctx, first, fill(dict(first.args), values))  # verify the end state
+        self._call(ctx, first, fill(dict(first.args), values), layers)  # verify the end state
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))
 
-    def _resolve(self, ctx: EpisodeContext, fact: Fact, observations: list[str]) -> str:
-        found = list(fact.find(ctx.surfaces.texts()))
+    def _resolve(self, ctx: EpisodeContext, fact: Fact, observations: list[str],
+                 layers: list[tuple[str, str]]) -> str:
+        found = list(fact.find([*ctx.surfaces.texts(), *layers]))
         distinct = list(dict.fromkeys(v for _, v in found))
         if len(distinct) > 1:  # values that only asides mention (another team's, a closed matter) do not count
             current = [v for v in distinct if any(v in {x for _, x in fact.find([(src, sent)])} and not
-                                                  ASIDE.search(sent) for src, text in ctx.surfaces.texts()
+                                                  ASIDE.search(sent) for src, text in [*ctx.surfaces.texts(), *layers]
                                                   for sent in sentences(text))]
             distinct = current or distinct
+        # evidence is what tools returned as text: a value read off an image does not confirm itself
         seen = "\n".join(observations)
         if len(distinct) == 1 and (fact.domain is None or distinct[0] in seen or not seen):
             return distinct[0]
@@ -218,7 +257,7 @@ class CarefulAgent:
         from_user = [v for s, v in found if s == "user" and v in distinct]
         return (from_user or distinct or [UNKNOWN])[0]
 
-    def _call(self, ctx: EpisodeContext, step: Step, args: dict[str, Any]) -> str:
+    def _call(self, ctx: EpisodeContext, step: Step, args: dict[str, Any], layers: list[tuple[str, str]]) -> str:
         name = choose_tool(ctx, step.tool, follow_redirects=False) or step.tool
         call_args = advertised_args(ctx, name, args)
         tried: list[str] = []
@@ -227,6 +266,7 @@ class CarefulAgent:
             ctx.model_turn(json.dumps(call_args))
             result = ctx.call_tool(name, call_args)
             obs = result.text
+            layers += image_texts(result)
             tried.append(name)
             if not result.error:
                 return obs

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
 from ..model.records import COLUMNS
-from ..model.task import CLEAN, FAMILIES, INSERTED, family_parts
+from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, family_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,7 +93,7 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     out["error"] = out["error"].str.strip()
     # known ids (families, clean, built-in inserted objects) decide target/type; other
     # object ids keep what the table says, or "object"
-    known = {*FAMILIES, CLEAN, *INSERTED}
+    known = {*FAMILIES, CLEAN, *INSERTED, *IMAGE_OBJECTS}
     out["target"] = [family_parts(f)[0] if f in known else (t or "object")
                      for f, t in zip(out["family"], out["target"].fillna(""))]
     out["type"] = [family_parts(f)[1] if f in known else (k or "object")

@@ -8,7 +8,10 @@
                                          copied byte for byte
         manifest.json                    family, operator, seeds, diff of the
                                          edited surface, canaries, recovery,
-                                         injections, sha256 of every file
+                                         injections, image edits, sha256 of
+                                         every file
+        image-edits/<n>.png              an image variant's edited image (and
+                                         <n>-clean.png, the image it replaces)
     <out>/<suite>/index.json             variants written and variants skipped,
                                          each with its reason
 
@@ -50,6 +53,7 @@ from typing import Any
 from ..formats.native import GRADER_FILES, SURFACE_FILES, is_suite, load_suite, load_task
 from ..model import __version__
 from ..model.errors import AgentPerturbError, TaskFormatError, VariantSkipped
+from ..model.images import ImageEdit
 from ..model.records import Canary, Injection, Variant
 from ..model.task import TARGETS, Task, family_parts, parse_families
 from ..perturb.engine import Engine, surface_diff
@@ -57,6 +61,7 @@ from ..perturb.engine import Engine, surface_diff
 log = logging.getLogger("agentperturb.variants")
 
 MANIFEST = "manifest.json"
+IMAGE_DIR = "image-edits"
 INDEX = "index.json"
 FORMAT = "agentperturb-variant/1"
 GENERATOR = f"pytest-agentperturb {__version__}"
@@ -152,10 +157,15 @@ def write_variant(task: Task, variant: Variant, requested_seed: int, dest: Path)
     """Write one variant folder (replacing an older one) and its manifest."""
     assert task.path is not None, "only folder tasks are written back to disk"
     target = variant.target
-    edited = surface_file(task, target) if not variant.injections else None
+    edited = surface_file(task, target) if not (variant.injections or variant.image_edits) else None
     files = _files(task.path)
     if edited is not None:
         files[edited] = variant.surfaces.render(target).encode()
+    image_edits = []
+    for i, e in enumerate(variant.image_edits):  # observation filters: the images themselves, beside the task
+        files[f"{IMAGE_DIR}/{i}.png"], files[f"{IMAGE_DIR}/{i}-clean.png"] = e.data, e.before
+        image_edits.append({**e.to_json(with_images=False), "file": f"{IMAGE_DIR}/{i}.png",
+                            "clean_file": f"{IMAGE_DIR}/{i}-clean.png"})
     for name in files:  # the loader keeps surface files inside the task folder; never trust that here
         if PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
             raise AgentPerturbError(f"{task.path}: file {name!r} would be written outside {dest}")
@@ -185,6 +195,7 @@ def write_variant(task: Task, variant: Variant, requested_seed: int, dest: Path)
         "canaries": [{"kind": c.kind, "text": c.text, "fact": c.fact} for c in variant.canaries],
         "recovery": list(variant.recovery),
         "injections": [{"tool": i.tool, "text": i.text, "goal": i.goal} for i in variant.injections],
+        "image_edits": image_edits,
         "clean_task": Path(os.path.relpath(task.path.resolve(), dest.resolve())).as_posix(),
         "clean_sha256": {n: _sha(b) for n, b in clean_files.items()},
         "sha256": {n: _sha(b) for n, b in files.items()},
@@ -270,7 +281,18 @@ def manifests(folder: Path) -> Iterator[Path]:
     yield from sorted(folder.rglob(MANIFEST))
 
 
-def _variant_from(manifest: dict[str, Any], task: Task, surfaces: Any) -> Variant:
+def _image_edits(manifest: dict[str, Any], folder: Path) -> tuple[ImageEdit, ...]:
+    import base64
+
+    out = []
+    for e in manifest.get("image_edits", []):
+        data = {k: base64.b64encode((folder / str(e[f])).read_bytes()).decode("ascii")
+                for k, f in (("data", "file"), ("before", "clean_file"))}
+        out.append(ImageEdit.from_json({**e, **data}))
+    return tuple(out)
+
+
+def _variant_from(manifest: dict[str, Any], task: Task, surfaces: Any, folder: Path) -> Variant:
     return Variant(
         task=task.key, family=str(manifest["family"]), operator=str(manifest["operator"]),
         seed=int(manifest["seed"]), surfaces=surfaces,
@@ -280,6 +302,7 @@ def _variant_from(manifest: dict[str, Any], task: Task, surfaces: Any) -> Varian
         diff=str(manifest["diff"]), note=str(manifest.get("note", "")),
         injections=tuple(Injection(str(i["tool"]), str(i["text"]), str(i["goal"]))
                          for i in manifest.get("injections", [])),
+        image_edits=_image_edits(manifest, folder),
     )
 
 
@@ -370,12 +393,12 @@ def verify_variant(path: Path, engine: Engine) -> list[str]:
         return [f"{label}: the clean task at {manifest['clean_task']} is {clean.id!r}, not {manifest['task']!r}; "
                 f"fix: {fix}"]
     try:
-        variant = _variant_from(manifest, clean, loaded.surfaces)
-    except (KeyError, TypeError, ValueError) as exc:
-        return [f"{label}: corrupted manifest (bad canaries/recovery/injections: {exc}); fix: {fix}"]
+        variant = _variant_from(manifest, clean, loaded.surfaces, folder)
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        return [f"{label}: corrupted manifest (bad canaries/recovery/injections/image edits: {exc}); fix: {fix}"]
     changed = [t for t in TARGETS if clean.surfaces.render(t) != loaded.surfaces.render(t)]
-    if variant.injections and changed:
-        problems.append(f"{label}: an injection variant changed surfaces {changed}")
+    if (variant.injections or variant.image_edits) and changed:
+        problems.append(f"{label}: an injection or image variant changed surfaces {changed}")
     if surface_diff(clean, target, loaded.surfaces) != manifest["diff"]:
         problems.append(f"{label}: the recorded diff does not match the {target} surface on disk")
     problems += [f"{label}: {p}" for p in engine.check_variant(clean, variant)]
@@ -384,8 +407,9 @@ def verify_variant(path: Path, engine: Engine) -> list[str]:
     except (VariantSkipped, ValueError) as exc:
         problems.append(f"{label}: the generator no longer produces this variant: {exc}")
     else:
-        if (again.operator, again.seed, again.surfaces, again.canaries, again.injections) != (
-                variant.operator, variant.seed, loaded.surfaces, variant.canaries, variant.injections):
+        if (again.operator, again.seed, again.surfaces, again.canaries, again.injections, again.image_edits) != (
+                variant.operator, variant.seed, loaded.surfaces, variant.canaries, variant.injections,
+                variant.image_edits):
             problems.append(f"{label}: differs from what {GENERATOR} generates for seed "
                             f"{manifest['requested_seed']} (generated by {manifest.get('generator')}); "
                             f"fix: {fix}")

@@ -43,7 +43,7 @@ Mapping onto the task model (docs/design.md section 1b):
   (found by replaying it over canaries, as AgentDojo's
   ``get_injection_candidates``), JSON-escaped so quotes, colons and
   newlines survive the YAML.  Compliance is the injection task's
-  ``security_from_traces`` / ``security`` (:class:`~pytest_agentperturb.model.protocols.ComplianceCheck`);
+  ``security_from_traces`` / ``security`` (:class:`~pytest_agentperturb.model.task.ComplianceCheck`);
   the reward is the utility under attack.
 
 Ids: tasks are ``<suite>-ut<NN>`` and injection objects ``it<NN>`` (two

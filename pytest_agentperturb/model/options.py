@@ -22,12 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OptionError
-from .vocab import CLEAN, FAMILIES, INSERTED, parse_families
+from .vocab import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, parse_families
 
 DEFAULT_MODELS = ("reference/literal", "reference/careful")
 DEFAULT_STORE = "reports/agentperturb.sqlite"
 DEFAULT_REPORT = "reports/agentperturb.html"
 DEFAULT_CACHE = ".agentperturb-cache"
+#: How inserted objects in images repaint a region (see :mod:`pytest_agentperturb.imaging.backends`).
+IMAGE_BACKENDS = ("pillow", "diffusers")
+
+
 #: Characters an agent or model name may use: it becomes part of every node id
 #: (terminal, JUnit XML, pytest-html), so nothing that markup or a shell reads.
 NAME_CHARS = "letters, digits and . _ - + : / @"
@@ -101,7 +105,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="NAME", ini="agentperturb_suites"),
     Option("families", "--agentperturb-families", "str", "",
            "comma-separated families to collect: clean, <target>-<type> and/or inserted objects "
-           "(inserted-fake-tool, inserted-distractor-turn, inserted-injection) (default: all 16).",
+           f"({', '.join(INSERTED)}; in images: {', '.join(IMAGE_OBJECTS)}) (default: all 16, "
+           "plus the image objects for tasks whose tools return images).",
            metavar="LIST"),
     Option("seed", "--agentperturb-seed", "int", 0,
            "session seed; per-item seeds derive from it and the item (default: 0).", metavar="N", minimum=0),
@@ -115,6 +120,13 @@ OPTIONS: tuple[Option, ...] = (
            metavar="ID", ini=None),
     Option("strict", "--agentperturb-strict", "switch", False,
            "strict mode: every compliance (the agent took the perturbation up) fails its test."),
+    Option("image_backend", "--agentperturb-image-backend", "str", "pillow",
+           "how inserted objects in images repaint a region: pillow (deterministic compositing, the default) "
+           "or diffusers (inpainting from local weights; needs pip install -e '.[vision]' and "
+           "--agentperturb-inpaint-model).", metavar="{pillow,diffusers}"),
+    Option("inpaint_model", "--agentperturb-inpaint-model", "str", "",
+           "folder of a local diffusers inpainting pipeline (with model_index.json) for the diffusers image "
+           "backend; models are never downloaded.", metavar="PATH"),
     # -- the model protocol, concurrency, generator --------------------------------
     Option("concurrency", "--agentperturb-concurrency", "int", 16,
            "episodes in flight per process (xdist worker); episodes are I/O-bound", "llm", "N", minimum=1),
@@ -200,6 +212,8 @@ class Settings:
     resume: bool
     run_id: str
     strict: bool = False
+    image_backend: str = "pillow"
+    inpaint_model: Path | None = None
     llm: LLMSettings = field(default_factory=LLMSettings)
     #: raw gate values (validated into thresholds by :mod:`pytest_agentperturb.gate`)
     gate: Mapping[str, Any] = field(default_factory=dict)
@@ -280,6 +294,12 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
         raise OptionError(f"{sources['families']}: {values['families']!r} names no family; expected a "
                           f"comma-separated list such as clean,tool-incorrect")
     families = families or (CLEAN, *FAMILIES, *INSERTED)
+    if values["image_backend"] not in IMAGE_BACKENDS:
+        raise OptionError(f"{sources['image_backend']}: image backend must be one of {', '.join(IMAGE_BACKENDS)}, "
+                          f"got {values['image_backend']!r}")
+    if values["image_backend"] == "diffusers" and not values["inpaint_model"]:
+        raise OptionError(f"{sources['image_backend']}: the diffusers image backend inpaints from local weights; "
+                          "fix: add --agentperturb-inpaint-model /path/to/inpainting-pipeline (never downloaded)")
     models = tuple(values["models"]) or (() if values["agents"] else DEFAULT_MODELS)
     for m in models:
         check_name(m, sources["models"])
@@ -294,6 +314,7 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
         models=models, agents=tuple(values["agents"]), suites=tuple(values["suites"]), families=families,
         seed=int(values["seed"]), store=rooted(values["store"]), report=rooted(values["report"]),
         resume=bool(values["resume"]), run_id=values["run_id"] or f"seed-{values['seed']}",
-        strict=bool(values["strict"]), llm=llm,
+        strict=bool(values["strict"]), image_backend=values["image_backend"],
+        inpaint_model=rooted(values["inpaint_model"]) if values["inpaint_model"] else None, llm=llm,
         gate={o.dest: values[o.dest] for o in OPTIONS if o.group == "gate"}, sources=sources,
     )

@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union, runtime_checkable
 
-from .records import Variant
 
 #: Prefix of the text of an observation that reports a failed tool call.
 ERROR_PREFIX = "ERROR: "
@@ -181,20 +180,3 @@ class Simulator(Protocol):
 
     def answer(self, question: str) -> tuple[str, str | None]:
         """Answer one clarification request."""
-
-
-@runtime_checkable
-class ComplianceCheck(Protocol):
-    """A task's own test of compliance, for variants whose take-up it can judge.
-
-    docs/design.md section 3 defines compliance for an injected object as
-    "the agent executed the injected goal".  Canaries approximate that by
-    looking for a planted string in the agent's actions; a benchmark that
-    ships its own test of the goal (AgentDojo's ``security()`` checks) gives
-    it here instead.  The runner asks this check first and falls back to the
-    variant's canaries when it returns None.
-    """
-
-    def check(self, variant: Variant, pre_state: Any, post_state: Any, answer: str,
-              trajectory: Sequence[Mapping[str, Any]]) -> bool | None:
-        """True (compliance), False (bypass), or None (no opinion on this variant)."""

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .images import ImageEdit
 from .vocab import CLEAN, Surfaces, family_parts
 
 #: Column order of the ``episodes`` table (docs/design.md section 3).
@@ -76,7 +77,9 @@ class Variant:
 
     ``recovery`` lists the fact ids the user simulator hands back on request
     (docs/design.md section 2, rule 4).  ``injections`` filter tool observations
-    (the inserted-injection object); clean and most variants have none.
+    (the inserted-injection object); ``image_edits`` swap image observations
+    for edited ones (the inserted objects in images, :mod:`.images`); clean
+    and most variants have neither.
     """
 
     task: str
@@ -89,6 +92,7 @@ class Variant:
     diff: str = ""
     note: str = ""
     injections: tuple[Injection, ...] = ()
+    image_edits: tuple[ImageEdit, ...] = ()
 
     @property
     def target(self) -> str:
@@ -108,7 +112,7 @@ class Variant:
         return self.diff or "".join(
             (f"@@ injected into vector {i.vector} (shown by tool {i.tool}) @@" if i.vector
              else f"@@ injected into every result of tool {i.tool} @@") + f"\n+{i.text}\n"
-            for i in self.injections)
+            for i in self.injections) + "".join(e.describe() for e in self.image_edits)
 
 
 @dataclass

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .protocols import ComplianceCheck, Environment, Grader
-from .records import Canary, Injection
+from .images import ImageEdit
+from .protocols import Environment, Grader
+from .records import Canary, Injection, Variant
 from .vocab import (
     CLEAN,
     FACT_KINDS,
     FAMILIES,
+    IMAGE_OBJECTS,
     INSERTED,
     INSERTED_TYPE,
     SURFACE_FILES,
@@ -42,6 +44,23 @@ from .vocab import (
     select,
     sentences,
 )
+
+@runtime_checkable
+class ComplianceCheck(Protocol):
+    """A task's own test of compliance, for variants whose take-up it can judge.
+
+    docs/design.md section 3 defines compliance for an injected object as
+    "the agent executed the injected goal".  Canaries approximate that by
+    looking for a planted string in the agent's actions; a benchmark that
+    ships its own test of the goal (AgentDojo's ``security()`` checks) gives
+    it here instead.  The runner asks this check first and falls back to the
+    variant's canaries when it returns None.
+    """
+
+    def check(self, variant: Variant, pre_state: Any, post_state: Any, answer: str,
+              trajectory: Sequence[Mapping[str, Any]]) -> bool | None:
+        """True (compliance), False (bypass), or None (no opinion on this variant)."""
+
 
 #: Makes a fresh environment for one episode; receives the variant's injections.
 EnvironmentFactory = Callable[[tuple[Injection, ...]], Environment]
@@ -147,6 +166,7 @@ class Edit:
     recovery: tuple[str, ...] = ()
     note: str = ""
     injections: tuple[Injection, ...] = ()
+    image_edits: tuple[ImageEdit, ...] = ()
 
 
 @runtime_checkable
@@ -192,7 +212,8 @@ class SuiteAdapter(Protocol):
 
 
 __all__ = [
-    "CLEAN", "FACT_KINDS", "FAMILIES", "INSERTED", "INSERTED_TYPE", "SURFACE_FILES", "TARGETS", "TYPES",
-    "Edit", "EnvironmentFactory", "Fact", "Operator", "Step", "SuiteAdapter", "Surfaces", "Task", "TaskSlot", "Turn",
-    "family_parts", "fill", "inserted_base", "parse_families", "select", "sentences",
+    "CLEAN", "FACT_KINDS", "FAMILIES", "IMAGE_OBJECTS", "INSERTED", "INSERTED_TYPE", "SURFACE_FILES", "TARGETS",
+    "TYPES", "ComplianceCheck", "Edit", "EnvironmentFactory", "Fact", "Operator", "Step", "SuiteAdapter", "Surfaces",
+    "Task", "TaskSlot",
+    "Turn", "family_parts", "fill", "inserted_base", "parse_families", "select", "sentences",
 ]

@@ -8,7 +8,8 @@ seeded RNG, applies it, and keeps the result only if the rules of
 docs/design.md section 2 *run* green:
 
 1. exactly one surface differs; the other three render byte-identically
-   (an injection changes no surface: it is planted into one tool's outputs);
+   (an injection or an image edit changes no surface: it is planted into
+   one tool's outputs);
 2. grader, gold solution and environment are untouched (a variant carries
    only surfaces; written-out variants are checked byte for byte);
 3. the goal is preserved and 4. a successful path remains: the oracle,
@@ -132,12 +133,15 @@ def structural_problems(task: Task, variant: Variant) -> list[str]:
     problems = []
     target = variant.target
     changed = [t for t in TARGETS if task.surfaces.render(t) != variant.surfaces.render(t)]
-    if variant.injections:
+    if variant.injections or variant.image_edits:
         if changed:
-            problems.append(f"rule 1: an injection must leave every surface unchanged, found {changed}")
+            problems.append("rule 1: an injection or image edit must leave every surface unchanged, "
+                            f"found {changed}")
         known = set(task.tools)
         problems += [f"rule 1: injection into {i.tool!r}, which the task does not expose"
                      for i in variant.injections if i.tool not in known]
+        problems += [f"rule 1: image edit of {e.tool!r} results, which the task does not expose"
+                     for e in variant.image_edits if e.tool not in known]
     elif changed != [target]:
         problems.append(f"rule 1: expected only the {target} surface to differ, found {changed or 'none'}")
     elif variant.surfaces.render(target).strip() in ("", "[]"):
@@ -274,7 +278,7 @@ class Engine:
                 continue
             v = Variant(task=task.key, family=family, operator=op.id, seed=seed + attempt,
                         surfaces=edit.surfaces, canaries=edit.canaries, recovery=edit.recovery,
-                        note=edit.note, injections=edit.injections)
+                        note=edit.note, injections=edit.injections, image_edits=edit.image_edits)
             v = replace(v, diff=surface_diff(task, target, edit.surfaces))
             problems = self.check_variant(task, v, oracle_check=validate)
             if not problems:

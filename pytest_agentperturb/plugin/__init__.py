@@ -18,7 +18,8 @@ MARKERS = {
     "clean": "agentperturb: the unperturbed episode of a task",
     **{t: f"agentperturb: perturbation of the {t} surface" for t in TARGETS},
     **{k: f"agentperturb: perturbation of type {k}" for k in TYPES},
-    "inserted": "agentperturb: an inserted object (fake tool, distractor turn, injected instruction)",
+    "inserted": "agentperturb: an inserted object (fake tool, distractor turn, injection, object in an image)",
+    "image": "agentperturb: an episode of a task whose tools return images",
 }
 
 

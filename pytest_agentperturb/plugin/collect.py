@@ -37,6 +37,9 @@ class ItemRunner(Protocol):
     def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
         """Families to collect for ``task``, one of the tasks of ``adapter``."""
 
+    def task_keywords(self, task: Task) -> tuple[str, ...]:
+        """Markers every item of ``task`` gets (e.g. ``image``)."""
+
     def runner_names(self) -> tuple[str, ...]:
         """Agent names, in id order."""
 
@@ -127,10 +130,13 @@ class TaskCollector(pytest.Collector):
                                   "rename one of the two tasks (both would write the same store rows)")
             yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(err, "task"))
             return
+        keywords = runner.task_keywords(task)
         for family in runner.families_for(self.adapter, task):
             target, typ = family_parts(family)
             for model in runner.runner_names():
                 item = PerturbItem.from_parent(self, name=f"{family}[{model}]", task=task, family=family, model=model)
+                for kw in keywords:
+                    item.add_marker(kw)
                 if family == CLEAN:
                     item.add_marker("clean")
                 else:

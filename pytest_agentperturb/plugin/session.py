@@ -25,11 +25,12 @@ from ..model.options import OPTIONS, Settings, check_name, option
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
-from ..model.task import CLEAN, FAMILIES, INSERTED, TARGETS, Task
+from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, TARGETS, Task
 from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
+    from ..imaging.backends import ImageBackend
     from ..perturb.engine import Engine, Registry
     from ..run.batcher import Batcher
     from ..run.generator import Generator
@@ -55,6 +56,8 @@ def variant_digest(task_digest: str, variant: Variant) -> str:
         h.update(variant.surfaces.render(t).encode())
     for inj in variant.injections:  # an injection edits no surface but is part of the instance
         h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode() + (f"\0{inj.vector}".encode() if inj.vector else b""))
+    for e in variant.image_edits:  # nor does an image edit
+        h.update(f"{e.tool}\0{e.match}\0{e.box}\0".encode() + e.data)
     return h.hexdigest()
 
 
@@ -65,6 +68,7 @@ def row_extras(item: PerturbItem) -> dict[str, Any]:
     v = item.variant
     return {"diff": v.edit_text if v is not None else "",
             "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
+            "image_edits": [e.to_json() for e in v.image_edits] if v is not None else [],
             "task_properties": task_properties(item.task), "notes": list(item.task.notes)}
 
 
@@ -84,6 +88,8 @@ class AgentPerturbSession:
         self._adapters: dict[tuple[str, str], SuiteAdapter | None] = {}
         self._adapter_families: dict[int, tuple[str, ...]] = {}
         self._registry: Registry | None = None
+        self._image_backend: ImageBackend | None = None
+        self._image_families: dict[str, tuple[str, ...]] = {}
         self._engine: Engine | None = None
         self._variants: dict[tuple[str, str, int], Variant | VariantSkipped] = {}
         self.records: list[dict[str, Any]] = []
@@ -110,7 +116,7 @@ class AgentPerturbSession:
         if self._registry is None:
             from ..perturb import builtin_registry
 
-            self._registry = builtin_registry()
+            self._registry = builtin_registry(self.image_backend())
             self.config.hook.pytest_agentperturb_register_operators(register=self._registry.register)
         return self._registry
 
@@ -140,26 +146,47 @@ class AgentPerturbSession:
         extra = tuple(dict.fromkeys(op.family for op in own if op.family not in DEFAULT_FAMILIES))
         self._adapter_families[id(adapter)] = extra
 
-    def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
-        """The chosen families, or by default every family plus the adapter's own inserted objects.
+    def image_backend(self) -> ImageBackend:
+        """How image objects repaint regions (``--agentperturb-image-backend``); a bad setting is a usage error."""
+        if self._image_backend is None:
+            from ..imaging.backends import load_backend
 
-        An adapter's own object is collected for a task only where one of
-        its operators applies (an injection task of one AgentDojo suite is
-        no parameter of another suite's tasks).
-        """
-        if self.settings.sources.get("families", "default") != "default":
-            return self.settings.families
-        own = self._adapter_families.get(id(adapter), ())
-        return (*self.settings.families, *(f for f in own if self._applies(f, task)))
+            try:
+                self._image_backend = load_backend(self.settings.image_backend, self.settings.inpaint_model)
+            except OptionError as exc:
+                raise pytest.UsageError(f"--agentperturb-image-backend {self.settings.image_backend}: {exc}") from None
+        return self._image_backend
 
-    def _applies(self, family: str, task: Task) -> bool:
+    def _applies(self, family: str, task: Task, on_error: bool = True) -> bool:
+        """Whether an operator of ``family`` applies to ``task`` (``on_error``: when the operator cannot read it)."""
         for op in self.registry.operators(family):
             try:
                 if op.applicable(task):
                     return True
-            except Exception:  # the engine reports it as a skip with the reason
-                return True
+            except Exception:  # with on_error, the engine reports it as a skip with the reason
+                if on_error:
+                    return True
         return False
+
+    def image_families(self, task: Task) -> tuple[str, ...]:
+        """The image objects whose operators apply to ``task`` (none unless its tools return images)."""
+        key = task.digest()
+        if key not in self._image_families:
+            self._image_families[key] = tuple(f for f in IMAGE_OBJECTS if self._applies(f, task, on_error=False))
+        return self._image_families[key]
+
+    def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
+        """The chosen families, or by default every family, the adapter's own inserted objects where one of
+        its operators applies (an injection task of one AgentDojo suite is no parameter of another suite's
+        tasks), and, for a task whose tools return images, the image objects that apply to it."""
+        if self.settings.sources.get("families", "default") != "default":
+            return self.settings.families
+        own = self._adapter_families.get(id(adapter), ())
+        return (*self.settings.families, *(f for f in own if self._applies(f, task)), *self.image_families(task))
+
+    def task_keywords(self, task: Task) -> tuple[str, ...]:
+        """Extra markers of every item of ``task``: ``image`` when its tools return images."""
+        return ("image",) if self.image_families(task) else ()
 
     def runner_names(self) -> tuple[str, ...]:
         return tuple(self._runner_args)
@@ -197,6 +224,7 @@ class AgentPerturbSession:
     # -- lifecycle ------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._load_agents()
+        self.image_backend()  # a missing model folder or extra is reported before anything runs
         if not self.is_worker:
             try:  # a corrupt, foreign or newer store is a usage error naming the file, before anything runs
                 self.store().record_run(self.settings.run_id, {

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..model.protocols import IMAGE_TYPES
 from ..model.task import CLEAN
 from . import sections as rs
+from .images import image_pairs_html
 from .svg import esc
 
 if TYPE_CHECKING:
@@ -286,6 +287,7 @@ def _episodes(df: pd.DataFrame, baselines: frozenset[str]) -> str:
                         f"<mark>{esc(c.get('text', ''))}</mark> <span class=tag>{esc(c.get('kind', ''))}</span>"
                         for c in cans) + "</p>")
                 c = clean.get((r["run_id"], r["model"], r["suite"], r["task"]))
+                body.append(image_pairs_html(r, c))
                 left = trajectory_html(c["trajectory"], texts) if c else "<p class=muted>no clean episode</p>"
                 body.append(f"<div class=cols><div><h4>clean</h4>{left}</div><div><h4>perturbed</h4>"
                             f"{trajectory_html(r['trajectory'], texts)}</div></div>")

@@ -3,7 +3,7 @@
 :func:`run_episode` asks the task for a fresh environment, snapshots its
 pre state, lets the agent play, snapshots the post state, grades with the
 task's grader, classifies compliance/bypass (with the task's own
-:class:`~pytest_agentperturb.model.protocols.ComplianceCheck` where it has
+:class:`~pytest_agentperturb.model.task.ComplianceCheck` where it has
 one, else from the variant's canaries) and returns an :class:`EpisodeRecord`.  An exception from the harness, the model
 provider or the grader is recorded as an error with its class, never as a
 reward of 0.  Every configured secret is removed from the record's
@@ -22,6 +22,7 @@ from typing import Any
 
 from ..model.context import ASK_USER, EpisodeContext
 from ..model.context import Agent
+from ..model.images import EditedImages
 from ..model.protocols import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
@@ -113,6 +114,8 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
     )
     try:
         env = task.environment(variant.injections)
+        if variant.image_edits:  # inserted objects in images: an observation filter
+            env = EditedImages(env, variant.image_edits)
         pre = env.snapshot()
     except Exception as exc:  # the adapter's environment factory failed: not the agent's doing
         rec.error = f"EnvironmentError: {type(exc).__name__}: {exc}"[:500]

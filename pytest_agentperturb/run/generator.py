@@ -45,7 +45,7 @@ from ..formats import shipped
 from ..model.errors import VariantSkipped
 from ..model.options import LLMSettings
 from ..model.records import Canary, Variant
-from ..model.task import CLEAN, TARGETS, Surfaces, Task, Turn, family_parts
+from ..model.task import CLEAN, IMAGE_OBJECTS, TARGETS, Surfaces, Task, Turn, family_parts, inserted_base
 from ..perturb.engine import Engine, clean_variant, surface_diff
 from ..perturb.helpers import omitted_after
 from ..perturb.realism import variant_problems
@@ -335,6 +335,8 @@ class Generator:
         """Cached LLM variant; regenerated on rejection; rule operators when every candidate fails."""
         if family == CLEAN:
             return clean_variant(task)
+        if inserted_base(family) in IMAGE_OBJECTS:  # pixels, not text: always the image operators
+            return self.engine.make_variant(task, family, seed)
         path = self.cache_path(task, family, seed)
         if path.is_file():
             v = _from_json(task, json.loads(path.read_text(encoding="utf-8")))

@@ -5,7 +5,8 @@
     suites/workflows/
         suite.toml                 name, description, success threshold
         reschedule-standup/
-            task.toml              id, title, tools, facts, file names
+            task.toml              id, title, tools, facts (and the tools whose images
+                                   state a fact: observations), file names
             instruction.md         user surface (the goal)
             procedure.md           procedure surface (policy, system prompt)
             context.json           context surface: earlier turns
@@ -245,7 +246,7 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0, *,
             raise TaskFormatError(tpath, "tools", f"names of built-in tools ({', '.join(sorted(BUILTIN_TOOLS))})",
                                   repr(name)[:80], "use an office tool, or write an adapter with its own toolkit")
 
-    facts = [_fact(tpath, i, raw, surfaces, files, env, check_statements)
+    facts = [_fact(tpath, i, raw, surfaces, files, env, check_statements, tool_names)
              for i, raw in enumerate(_want(tpath, meta, "facts", list, "a list of [[facts]] tables"))]
     seen: set[str] = set()
     for i, fact in enumerate(facts):
@@ -311,7 +312,7 @@ def _check_schema(path: Path, i: int, t: Any) -> None:
 
 
 def _fact(tpath: Path, i: int, raw: Any, surfaces: Surfaces, files: Mapping[str, str], env: Any,
-          check_statements: bool) -> Fact:
+          check_statements: bool, tool_names: list[str]) -> Fact:
     """One ``[[facts]]`` table, validated against the surfaces and the environment."""
     where = f"facts[{i}]."
     if not isinstance(raw, dict):
@@ -339,7 +340,9 @@ def _fact(tpath: Path, i: int, raw: Any, surfaces: Surfaces, files: Mapping[str,
     text_list = "a list of strings"
     where_surf = tuple(_want(tpath, raw, "surfaces", list, "a list of surfaces", where=where))
     cues = _want(tpath, raw, "cues", list, f"{text_list}, e.g. cues = [\"dana\"]", default=[], where=where)
-    for name, items in (("surfaces", where_surf), ("cues", cues)):
+    seen_in = _want(tpath, raw, "observations", list, "a list of tool names whose images state it", default=[],
+                    where=where)
+    for name, items in (("surfaces", where_surf), ("cues", cues), ("observations", seen_in)):
         bad = [x for x in items if not isinstance(x, str) or not x.strip()]
         if bad:
             raise TaskFormatError(tpath, f"{where}{name}", text_list, _found(bad[0]))
@@ -352,8 +355,12 @@ def _fact(tpath: Path, i: int, raw: Any, surfaces: Surfaces, files: Mapping[str,
         if check_statements and value not in surfaces.render(s):
             raise TaskFormatError(tpath, f"{where}value", f"{value!r} stated verbatim on surface '{s}'",
                                   "no such text", f"state the value in {files[s]} or drop '{s}'")
+    for t in seen_in:
+        if t not in tool_names:
+            raise TaskFormatError(tpath, f"{where}observations", f"tools of this task ({', '.join(tool_names)})",
+                                  repr(t), "name the tool whose image shows the value")
     fact = Fact(id=fid, value=value, surfaces=where_surf, kind=kind, pattern=pattern, cues=tuple(cues),
-                domain=domain, question=question)
+                domain=domain, question=question, observations=tuple(seen_in))
     if domain is not None:
         try:
             valid = [str(v) for v in select(env, domain)]
