@@ -87,12 +87,19 @@ async def run_episode(
     seed: int,
     timeout_s: float = 1800.0,
     simulator: Simulator | None = None,
+    repeat: int = 0,
+    episode_seed: int | None = None,
 ) -> EpisodeRecord:
-    """Play and score one episode; never raises for agent, provider or grader errors."""
+    """Play and score one episode; never raises for agent, provider or grader errors.
+
+    ``seed`` is the item's seed (recorded in the row); ``episode_seed`` (by
+    default ``seed``) is what the agent sees as ``ctx.seed``: each of the K
+    repeats of an item has its own, on the same variant.
+    """
     rec = EpisodeRecord(
         run_id=run_id, model=agent.name, suite=task.suite, task=task.id, family=variant.family,
         target=variant.target, type=variant.type, operator=variant.operator, seed=seed,
-        baseline=bool(getattr(agent, "baseline", False)),
+        baseline=bool(getattr(agent, "baseline", False)), repeat=repeat,
     )
     try:
         env = task.environment(variant.injections)
@@ -100,7 +107,7 @@ async def run_episode(
     except Exception as exc:  # the adapter's environment factory failed: not the agent's doing
         rec.error = f"EnvironmentError: {type(exc).__name__}: {exc}"[:500]
         return rec
-    ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed,
+    ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed if episode_seed is None else episode_seed,
                          simulator=simulator or UserSimulator(task, variant.recovery))
     t0 = time.perf_counter()
     try:

@@ -3,8 +3,8 @@
 Every worker opens its own connection in WAL mode with a generous busy
 timeout and commits each episode as soon as it is scored, so a run killed
 mid-way loses at most the episodes in flight.  Rows are keyed by
-(run_id, model, suite, task, family, seed): writing the same episode again
-replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
+(run_id, model, suite, task, family, seed, repeat): writing the same episode
+again replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
 reused only if the variant it was run on is byte-identical to today's.
 """
 
@@ -21,14 +21,34 @@ from typing import Any
 
 from ..model.records import STORE_COLUMNS, EpisodeRecord, Variant
 
-SCHEMA_VERSION = 2  # 2: the agent's baseline flag
+SCHEMA_VERSION = 3  # 2: the agent's baseline flag; 3: the repeat index in the key
 _TYPES = {
-    "baseline": "INTEGER",
+    "baseline": "INTEGER", "repeat": "INTEGER",
     "seed": "INTEGER", "reward": "REAL", "success": "INTEGER", "compliance": "INTEGER",
     "input_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
     "cost_usd": "REAL", "tool_calls": "INTEGER", "turns": "INTEGER", "wall_s": "REAL",
 }
-KEY = ("run_id", "model", "suite", "task", "family", "seed")
+KEY = ("run_id", "model", "suite", "task", "family", "seed", "repeat")
+
+
+def _episodes_ddl(table: str) -> str:
+    cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in STORE_COLUMNS)
+    return (f"CREATE TABLE IF NOT EXISTS {table} ({cols}, variant_digest TEXT, recorded_at REAL, "
+            f"PRIMARY KEY ({', '.join(KEY)}))")
+
+
+def _migrate_repeat(conn: sqlite3.Connection) -> None:
+    """Schema 2 -> 3: every recorded episode becomes repeat 0, and the key gains ``repeat``.
+
+    SQLite cannot change a primary key in place, so the table is rebuilt
+    (inside the caller's transaction): rename, create, copy, drop.
+    """
+    old = [r[1] for r in conn.execute("PRAGMA table_info(episodes)")]
+    conn.execute("ALTER TABLE episodes RENAME TO episodes_v2")
+    conn.execute(_episodes_ddl("episodes"))
+    cols = ", ".join(old)
+    conn.execute(f"INSERT INTO episodes ({cols}, repeat) SELECT {cols}, 0 FROM episodes_v2")
+    conn.execute("DROP TABLE episodes_v2")
 
 
 class Store:
@@ -44,16 +64,14 @@ class Store:
         self._create()
 
     def _create(self) -> None:
-        cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in STORE_COLUMNS)
         with self._tx():
-            self._conn.execute(
-                f"CREATE TABLE IF NOT EXISTS episodes ({cols}, variant_digest TEXT, recorded_at REAL, "
-                f"PRIMARY KEY ({', '.join(KEY)}))"
-            )
+            self._conn.execute(_episodes_ddl("episodes"))
             have = {r[1] for r in self._conn.execute("PRAGMA table_info(episodes)")}
             if "baseline" not in have:  # a version-1 store: the flag follows the built-in baselines' names
                 self._conn.execute("ALTER TABLE episodes ADD COLUMN baseline INTEGER")
                 self._conn.execute("UPDATE episodes SET baseline = (model LIKE 'reference/%')")
+            if "repeat" not in have:
+                _migrate_repeat(self._conn)
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self._conn.execute(
@@ -98,7 +116,7 @@ class Store:
                 self._conn.execute("INSERT OR IGNORE INTO variants VALUES (?, ?, ?, ?, ?)",
                                    (variant_digest, variant.family, variant.operator, variant.edit_text, canaries))
 
-    def get(self, key: tuple[str, str, str, str, str, int], variant_digest: str) -> EpisodeRecord | None:
+    def get(self, key: tuple[str, str, str, str, str, int, int], variant_digest: str) -> EpisodeRecord | None:
         """A recorded, error-free episode of that key and variant, if any."""
         q = " AND ".join(f"{k} = ?" for k in KEY)
         cur = self._conn.execute(
@@ -119,13 +137,16 @@ class Store:
             yield EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, row)))
 
     def rows(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Episode rows (of one run) joined with their variant's ``diff`` and ``canaries`` (JSON text)."""
+        """Episode rows (of one run) joined with their variant's ``diff`` and ``canaries`` (JSON text).
+
+        Each row also carries ``variant_digest`` and ``recorded_at``.
+        """
         where, args = ("WHERE e.run_id = ?", (run_id,)) if run_id else ("", ())
         cur = self._conn.execute(
-            f"SELECT {', '.join('e.' + c for c in STORE_COLUMNS)}, e.variant_digest, v.diff, v.canaries "
-            f"FROM episodes e LEFT JOIN variants v ON v.variant_digest = e.variant_digest {where} "
+            f"SELECT {', '.join('e.' + c for c in STORE_COLUMNS)}, e.variant_digest, e.recorded_at, v.diff, "
+            f"v.canaries FROM episodes e LEFT JOIN variants v ON v.variant_digest = e.variant_digest {where} "
             f"ORDER BY {', '.join('e.' + k for k in KEY)}", args)
-        names = [*STORE_COLUMNS, "variant_digest", "diff", "canaries"]
+        names = [*STORE_COLUMNS, "variant_digest", "recorded_at", "diff", "canaries"]
         return [dict(zip(names, r)) for r in cur]
 
     def runs(self) -> list[str]:
