@@ -89,7 +89,8 @@ def resolve(spec: str, store: Path, current_run: str, rootdir: Path) -> Baseline
     if run_id is None:
         if not candidates:
             raise AgentPerturbError(f"--agentperturb-baseline {spec}: {path} holds no run other than this one "
-                                    f"({current_run!r}); run the baseline first, or name another store")
+                                    f"({current_run!r}); give this run its own --agentperturb-run-id (episodes of "
+                                    "one run id replace each other), run the baseline first, or name another store")
         return BaselineRun(path, candidates[-1], same)
     if same and run_id == current_run:
         raise AgentPerturbError(f"--agentperturb-baseline {spec}: that is this run; give this run another "
