@@ -14,6 +14,13 @@ never passes on nothing.  Nothing here knows about pytest: the plugin and the
 Baselines (agents flagged ``baseline``, such as the reference agents): when
 at least one non-baseline model ran, the gate judges only the non-baseline
 models.
+
+Maxima (drops and the regression against a baseline run) are judged by the
+rule of ``--agentperturb-gate-on`` (:data:`RULES`): ``point`` compares the
+estimate with the limit (today's behaviour, the default); ``significant``
+breaches only when the whole 95 % interval lies above the limit;
+``conservative`` breaches when any part of it does (:func:`exceeds`).
+Minima (clean score, bypass rate) are judged on the estimate.
 """
 
 from __future__ import annotations
@@ -33,10 +40,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from .analysis import Analysis
+    from .analysis.baseline import Comparison
 
 #: The threshold options, in declaration order.
 SPECS: tuple[Option, ...] = tuple(o for o in OPTIONS if o.group == "gate")
 ALL = "*"
+#: How a maximum is judged (``--agentperturb-gate-on``), and what each rule means in a breach line.
+RULES: dict[str, str] = {
+    "point": "the estimate is above the limit",
+    "significant": "the whole 95 % interval lies above the limit",
+    "conservative": "part of the 95 % interval lies above the limit",
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,8 @@ class Thresholds:
     max_family_drop: Mapping[str, float] = field(default_factory=dict)
     min_bypass: float | None = None
     min_clean: float | None = None
+    max_regression: float | None = None
+    gate_on: str = "point"
     strict: bool = False
     #: how breach lines name each threshold (the pytest flag, or the command's flag)
     names: Mapping[str, str] = field(default_factory=lambda: {s.dest: s.flag for s in SPECS})
@@ -56,7 +72,7 @@ class Thresholds:
     def configured(self) -> bool:
         """Whether any threshold is set."""
         return any(v not in (None, {}) for v in (self.max_drop, self.max_target_drop, self.max_family_drop,
-                                                 self.min_bypass, self.min_clean))
+                                                 self.min_bypass, self.min_clean, self.max_regression))
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,55 @@ class Breach:
 
 def _num(v: float, what: str) -> str:
     return f"{v:.1f} %" if "drop" in what else f"{v:.3f}"
+
+
+def _value(v: float, what: str, limit: bool = False) -> str:
+    """A measured value or limit of a maximum: a change in D in signed points, a drop in percent."""
+    if what.startswith("change"):
+        return f"{v:.1f} points" if limit else f"{v:+.1f} points"
+    return _num(v, what)
+
+
+@dataclass(frozen=True)
+class IntervalBreach(Breach):
+    """A breached maximum judged with its 95 % interval: the line names the point value, the interval and the rule."""
+
+    low: float = math.nan
+    high: float = math.nan
+    rule: str = "point"
+    rule_flag: str = "--agentperturb-gate-on"
+
+    def line(self) -> str:
+        if math.isnan(self.measured):
+            m = "undefined (clean score 0, or no comparable pairs)"
+        else:
+            m = _value(self.measured, self.what)
+        ci = (f"95 % interval [{_value(self.low, self.what)}, {_value(self.high, self.what)}]"
+              if math.isfinite(self.low) and math.isfinite(self.high) else "no interval")
+        return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} {m} ({ci}) > limit "
+                f"{_value(self.limit, self.what, limit=True)} under {self.rule_flag} {self.rule}: "
+                f"{RULES.get(self.rule, self.rule)}")
+
+
+def exceeds(rule: str, point: float, low: float, high: float, limit: float) -> bool:
+    """Whether a maximum is breached under ``rule`` (an undefined estimate always is).
+
+    ``point``: point > limit; ``significant``: low > limit (the whole
+    interval above it); ``conservative``: high > limit (any part above it).
+    Without a finite interval the interval rules fall back to the estimate.
+    """
+    if math.isnan(point):
+        return True
+    if rule == "point" or not (math.isfinite(low) and math.isfinite(high)):
+        return point > limit
+    return (low if rule == "significant" else high) > limit
+
+
+def _rule(raw: str, where: str) -> str:
+    v = raw.strip().lower()
+    if v not in RULES:
+        raise OptionError(f"{where} {raw}: expected one of {', '.join(RULES)}")
+    return v
 
 
 @dataclass
@@ -160,6 +225,8 @@ def parse(values: Mapping[str, Any], sources: Mapping[str, str] | None = None, s
         where = (sources or {}).get(spec.dest, spec.flag)
         if spec.kind == "pct":
             kw[spec.dest] = _pct(str(raw), where)
+        elif spec.kind == "rule":
+            kw[spec.dest] = _rule(str(raw), where)
         elif spec.kind == "rate":
             kw[spec.dest] = _rate(str(raw), where)
         else:
@@ -205,11 +272,14 @@ def evaluate(thresholds: Thresholds, analysis: Analysis | None) -> Verdict:
         for name in _configured(thresholds):
             v.breaches.append(_unevaluated(thresholds, name, "this run", "no scored episodes"))
         return v
-    return evaluate_tables(thresholds, analysis.drops, analysis.episodes)
+    v = evaluate_tables(thresholds, analysis.drops, analysis.episodes)
+    evaluate_regression(thresholds, analysis.versus, analysis.episodes, v)
+    return v
 
 
 def _configured(thresholds: Thresholds) -> list[str]:
-    return [s.dest for s in SPECS if getattr(thresholds, s.dest) not in (None, {})]
+    """The thresholds set (the rule ``gate_on`` is a setting, not a threshold)."""
+    return [s.dest for s in SPECS if s.dest != "gate_on" and getattr(thresholds, s.dest) not in (None, {})]
 
 
 def _unevaluated(thresholds: Thresholds, name: str, subject: str, reason: str) -> Breach:
@@ -251,8 +321,8 @@ def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.Da
             subj = label(r.model, r.suite, "" if r.level_kind == "overall" else r.level)
             if math.isnan(m) and not float(r.clean) == 0.0:  # no clean episodes: nothing to compare with
                 v.breaches.append(_unevaluated(thresholds, name, subj, "no scored clean episodes"))
-            elif math.isnan(m) or m > limit:
-                v.breaches.append(Breach(flag[name], subj, m, limit, what))
+            elif exceeds(thresholds.gate_on, m, float(r.ci_low), float(r.ci_high), limit):
+                v.breaches.append(_max_breach(thresholds, flag[name], subj, m, limit, what, r.ci_low, r.ci_high))
 
     def no_pairs(model: str, suite: str) -> str:
         """Why a (model, suite) has no overall drop: nothing perturbed, or nothing clean to pair it with."""
@@ -308,3 +378,44 @@ def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.Da
                 v.breaches.append(Breach(flag["min_bypass"], label(model, suite), bypass,
                                          thresholds.min_bypass, "bypass rate"))
     return v
+
+
+def _max_breach(thresholds: Thresholds, flag: str, subject: str, measured: float, limit: float, what: str,
+                low: float, high: float) -> Breach:
+    """Today's line under the point rule; the interval and the rule under the others."""
+    if thresholds.gate_on == "point":
+        return Breach(flag, subject, measured, limit, what)
+    return IntervalBreach(flag, subject, measured, limit, what, low=float(low), high=float(high),
+                          rule=thresholds.gate_on, rule_flag=thresholds.names.get("gate_on", "--agentperturb-gate-on"))
+
+
+def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episodes: pd.DataFrame,
+                        verdict: Verdict) -> None:
+    """``--agentperturb-max-regression``: the overall change in D against the baseline run, per model and suite.
+
+    Judged by the ``--agentperturb-gate-on`` rule on the change and its
+    paired bootstrap interval.  Without a comparison, or for a judged model
+    with nothing comparable, the threshold fails with the reason.
+    """
+    limit = thresholds.max_regression
+    if limit is None:
+        return
+    flag = thresholds.names.get("max_regression", "--agentperturb-max-regression")
+    if versus is None:
+        verdict.breaches.append(Breach(flag, "this run", math.nan, limit, "change in D",
+                                       "no baseline run to compare with (set --agentperturb-baseline)"))
+        return
+    rows = versus.deltas[versus.deltas["level_kind"] == "overall"]
+    models = judged_models(sorted(set(episodes["model"])), baseline_models(episodes)) if len(episodes) else []
+    for model in models:
+        mine = rows[rows["model"] == model]
+        if not len(mine):
+            verdict.breaches.append(Breach(flag, model, math.nan, limit, "change in D",
+                                           f"no pairs comparable with the {versus.label}"))
+        for r in mine.itertuples(index=False):
+            d = float(r.delta)
+            if exceeds(thresholds.gate_on, d, float(r.ci_low), float(r.ci_high), limit):
+                subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
+                verdict.breaches.append(IntervalBreach(
+                    flag, subj, d, limit, "change in D", low=float(r.ci_low), high=float(r.ci_high),
+                    rule=thresholds.gate_on, rule_flag=thresholds.names.get("gate_on", "--agentperturb-gate-on")))

@@ -631,8 +631,10 @@ def test_an_older_store_is_migrated_and_a_newer_one_refused(pytester: pytest.Pyt
         db.commit()
     result = _run(pytester, "-k", "share-report")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+    from pytest_agentperturb.run.store import SCHEMA_VERSION
+
     result.stderr.fnmatch_lines(["*written by a newer pytest-agentperturb (store schema 99; this version reads "
-                                 "up to 2); fix: upgrade pytest-agentperturb*"])
+                                 f"up to {SCHEMA_VERSION}); fix: upgrade pytest-agentperturb*"])
     assert _cli("export", "--store", str(store), "--out", str(pytester.path / "e.csv")) == 2
     assert "store schema 99" in caplog.text
 

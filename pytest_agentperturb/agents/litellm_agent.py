@@ -337,10 +337,17 @@ class LiteLLMAgent:
             self._limits[loop] = asyncio.Semaphore(self.settings.model_connections)
         return self._limits[loop]
 
-    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
-        """One model call under the connection limit and the retry policy."""
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                       seed: int | None = None) -> Any:
+        """One model call under the connection limit and the retry policy.
+
+        ``seed`` (the episode seed) goes to providers that accept one;
+        ``drop_params`` leaves it out for those that do not.
+        """
         litellm = import_litellm()
         kw = call_kwargs(self.name, self.settings)
+        if seed is not None:
+            kw["seed"] = seed
 
         async def once() -> Any:
             async with self._limit():
@@ -353,7 +360,7 @@ class LiteLLMAgent:
         """Play one episode: call the model, run its tool calls, stop at a reply without any."""
         messages, tools = initial_messages(ctx), tool_list(ctx)
         for turn in range(self.settings.max_turns):
-            response = await self.complete(messages, tools)
+            response = await self.complete(messages, tools, seed=ctx.seed)
             ctx.turns += 1
             usage = usage_of(response)
             ctx.add_usage(**usage)

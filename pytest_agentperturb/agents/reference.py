@@ -28,12 +28,22 @@ Model-backed agents never get the layers, only the pixels.
     state before finishing.  Ignores instructions that arrive inside tool
     outputs.
 
-All are deterministic: the same variant gives the same trajectory.
+``reference/noisy``
+    The careful agent with slips: a stochastic baseline for repeated trials.
+    At each step of the plan it slips with a fixed probability, drawn from the
+    episode seed (``ctx.seed``): it skips the step's tool call, or takes the
+    first value it reads for the step's facts without cross-checking or
+    asking.  Each repeat of an item has its own episode seed, so repeats
+    differ; the same seed gives the same trajectory, byte for byte.
+
+All are deterministic: the same variant (and, for ``reference/noisy``, the
+same episode seed) gives the same trajectory.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -289,3 +299,47 @@ class CarefulAgent:
             else:
                 return obs
         return obs
+
+
+def draw(seed: int, *parts: object) -> float:
+    """A uniform number in [0, 1) from the episode seed and ``parts`` (sha256: the same on every platform)."""
+    h = hashlib.sha256("|".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64
+
+
+class NoisyAgent(CarefulAgent):
+    """The careful agent that slips at a step with a fixed probability, decided by the episode seed.
+
+    ``skip``: probability that a step's tool call is left out; ``hasty``:
+    probability that the facts the step needs first are taken as first read
+    (no cross-check, no question).  Both are drawn per step from
+    ``ctx.seed``, the task and the step's position, independently.
+    """
+
+    name = "reference/noisy"
+    baseline = True
+    skip = 0.06
+    hasty = 0.15
+
+    async def run(self, ctx: EpisodeContext) -> None:
+        values: dict[str, str] = {}
+        observations: list[str] = []
+        layers: list[tuple[str, str]] = []  # text layers of the images seen so far
+        for i, step in enumerate(ctx.task.solution):
+            hasty = draw(ctx.seed, ctx.task.key, i, "hasty") < self.hasty
+            for fid in step.facts():
+                if fid not in values:
+                    fact = ctx.task.fact(fid)
+                    read = next(fact.find([*ctx.surfaces.texts(), *layers]), None)
+                    values[fid] = (read[1] if read else UNKNOWN) if hasty else \
+                        self._resolve(ctx, fact, observations, layers)
+            if draw(ctx.seed, ctx.task.key, i, "skip") < self.skip:
+                continue  # the slip: this call is never made
+            observations.append(self._call(ctx, step, fill(dict(step.args), values), layers))
+        for fid in _ordered_facts((), ctx.task.answer):
+            if fid not in values:
+                values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations, layers)
+        first = ctx.task.solution[0]
+        self._call(ctx, first, fill(dict(first.args), values), layers)  # verify the end state, as careful does
+        ctx.model_turn(ctx.task.answer)
+        ctx.finish(fill(ctx.task.answer, values))

@@ -37,6 +37,9 @@ def add_commands(sub: Any) -> None:
                        description="Re-render the HTML report from a results store without running anything.")
     _store_args(p)
     p.add_argument("--out", default=DEFAULT_REPORT, metavar="PATH", help=f"HTML report (default: {DEFAULT_REPORT}).")
+    p.add_argument("--baseline", default="", metavar="RUN",
+                   help="compare with a baseline run on the same variants: RUN_ID, 'last' (the most recent other "
+                        "run of the store) or path.sqlite[:RUN_ID]; same as --agentperturb-baseline.")
     _analysis_args(p)
     p.set_defaults(func=cmd_report)
 
@@ -132,12 +135,12 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
 
 
 def _judge_and_render(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
-                      ) -> tuple[Analysis | None, gate.Verdict, str]:
+                      extra: dict[str, Any] | None = None) -> tuple[Analysis | None, gate.Verdict, str]:
     """Analysis, gate verdict and report page: the same steps as the plugin's session end."""
     from .. import report
 
     thresholds = gate.from_args(args)
-    kw = _inputs(args)
+    kw = {**_inputs(args), **(extra or {})}
     analysis = report.analyse(table, rows, **kw)
     verdict = gate.evaluate(thresholds, analysis)
     html = report.render_page(analysis, verdict, skipped=(), has_capability="capability" in kw, n_rows=len(table))
@@ -157,7 +160,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     rows = _store_rows(args.store, args.run_id)
     table = report.episode_table(rows)
     check_values(table, args.store)
-    _, verdict, html = _judge_and_render(table, rows, args)
+    _, verdict, html = _judge_and_render(table, rows, args, _baseline(args, rows))
     report.write(args.out, html)
     log.info("report: %s (%d episodes)", args.out, len(rows))
     return _finish(verdict)
@@ -187,6 +190,22 @@ def check_values(table: pd.DataFrame, source: str) -> None:
         if not math.isnan(reward) and not 0.0 <= reward <= 1.0:
             raise AgentPerturbError(f"{where}: column 'reward': expected a number in [0, 1] (blank for an episode "
                                     f"that could not be scored), found {reward!r}")
+
+
+def _baseline(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``--baseline`` run's episode table for the analysis (nothing without ``--baseline``)."""
+    if not args.baseline:
+        return {}
+    from .. import report
+    from ..run.baseline import read_rows, resolve
+
+    current = {str(r["run_id"]) for r in rows}
+    if len(current) != 1:
+        raise OptionError(f"--baseline {args.baseline}: compare one run with its baseline; pass --run-id ID "
+                          f"(this selection holds {len(current)} runs)")
+    b = resolve(args.baseline, Path(args.store), current.pop(), Path.cwd())
+    log.info("comparing with %s", b.label)
+    return {"baseline": report.episode_table(read_rows(b)), "baseline_label": b.label}
 
 
 def read_results(path: str, threshold: float = 1.0) -> pd.DataFrame:

@@ -56,7 +56,7 @@ class Option:
     ``kind``: ``switch`` (a flag without value), ``int``, ``float``, ``str``,
     ``lines`` (repeatable flag; ini key holds one value per line) or one of
     the gate kinds ``pct``, ``rate``, ``pct_map_target``, ``pct_map_family``
-    (validated by :mod:`pytest_agentperturb.gate`).  ``group`` says which
+    and ``rule`` (validated by :mod:`pytest_agentperturb.gate`).  ``group`` says which
     settings object it belongs to: ``core``, ``llm`` or ``gate``.
     """
 
@@ -92,8 +92,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("enabled", "--agentperturb", "switch", False,
            "collect task suites (folders a suite adapter recognises, e.g. with suite.toml) as perturbation tests."),
     Option("models", "--agentperturb-model", "lines", (), "agent/model to run, repeatable: reference/oracle, "
-           "reference/literal, reference/careful, or any litellm model such as openai/gpt-5-mini "
-           "or ollama_chat/qwen3:8b (default: " + ", ".join(DEFAULT_MODELS) + ", unless --agentperturb-agent is given).",
+           "reference/literal, reference/careful, reference/noisy, or any litellm model such as openai/gpt-5-mini "
+           "or ollama_chat/qwen3:8b (default: " + ", ".join(DEFAULT_MODELS)
+           + ", unless --agentperturb-agent is given).",
            metavar="MODEL", ini="agentperturb_models"),
     Option("agents", "--agentperturb-agent", "lines", (),
            "your own agent, repeatable: module:attr or path/to/file.py:attr naming a function (ctx) -> None "
@@ -127,6 +128,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("inpaint_model", "--agentperturb-inpaint-model", "str", "",
            "folder of a local diffusers inpainting pipeline (with model_index.json) for the diffusers image "
            "backend; models are never downloaded.", metavar="PATH"),
+    # -- repeated trials and the baseline run (docs/design.md sections 3 and 5) --------
+    Option("repeats", "--agentperturb-repeats", "int", 1,
+           "episodes per (task, family, agent): K >= 2 runs each K times on the same variant with its own "
+           "episode seed, for pass@1, pass^k, pass@k and the noise floor (default: 1).", metavar="K", minimum=1),
+    Option("variant_seed", "--agentperturb-variant-seed", "int", None,
+           "seed of the variants (default: the session seed); pin it to compare runs whose session seeds, "
+           "and so episode seeds, differ on the same variants.", metavar="N"),
+    Option("baseline", "--agentperturb-baseline", "str", "",
+           "run to compare with on the same variants: RUN_ID or 'last' (the most recent other run in the "
+           "store), or another store as path.sqlite[:RUN_ID].", metavar="RUN"),
     # -- the model protocol, concurrency, generator --------------------------------
     Option("concurrency", "--agentperturb-concurrency", "int", 16,
            "episodes in flight per process (xdist worker); episodes are I/O-bound", "llm", "N", minimum=1),
@@ -166,6 +177,13 @@ OPTIONS: tuple[Option, ...] = (
            "minimum bypass rate (share of perturbed episodes without compliance), 0..1.", "gate", "RATE"),
     Option("min_clean", "--agentperturb-min-clean", "rate", None,
            "minimum clean score (mean clean reward), 0..1.", "gate", "SCORE"),
+    Option("max_regression", "--agentperturb-max-regression", "pct", None,
+           "fail the session when a model's overall D rose by more than PTS points over the baseline run "
+           "(--agentperturb-baseline).", "gate", "PTS"),
+    Option("gate_on", "--agentperturb-gate-on", "rule", None,
+           "how a maximum (drop or regression) is judged: point (the estimate, default), significant (the "
+           "whole 95 percent interval lies above the limit) or conservative (any part of it does).", "gate",
+           "{point,significant,conservative}"),
 )
 BY_DEST: Mapping[str, Option] = {o.dest: o for o in OPTIONS}
 
@@ -214,6 +232,12 @@ class Settings:
     strict: bool = False
     image_backend: str = "pillow"
     inpaint_model: Path | None = None
+    #: episodes per (task, family, agent); each repeat has its own episode seed
+    repeats: int = 1
+    #: seed of the variants (the session seed unless pinned)
+    variant_seed: int = 0
+    #: the run to compare with (``--agentperturb-baseline``), empty when none
+    baseline: str = ""
     llm: LLMSettings = field(default_factory=LLMSettings)
     #: raw gate values (validated into thresholds by :mod:`pytest_agentperturb.gate`)
     gate: Mapping[str, Any] = field(default_factory=dict)
@@ -315,6 +339,9 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
         seed=int(values["seed"]), store=rooted(values["store"]), report=rooted(values["report"]),
         resume=bool(values["resume"]), run_id=values["run_id"] or f"seed-{values['seed']}",
         strict=bool(values["strict"]), image_backend=values["image_backend"],
-        inpaint_model=rooted(values["inpaint_model"]) if values["inpaint_model"] else None, llm=llm,
+        inpaint_model=rooted(values["inpaint_model"]) if values["inpaint_model"] else None,
+        repeats=int(values["repeats"]),
+        variant_seed=int(values["seed"] if values["variant_seed"] is None else values["variant_seed"]),
+        baseline=values["baseline"], llm=llm,
         gate={o.dest: values[o.dest] for o in OPTIONS if o.group == "gate"}, sources=sources,
     )

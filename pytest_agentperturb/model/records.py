@@ -23,8 +23,9 @@ COLUMNS: tuple[str, ...] = (
     "cost_usd", "tool_calls", "turns", "wall_s", "error", "awareness", "behaviour", "trajectory",
 )
 #: Every stored column: :data:`COLUMNS`, then whether the agent is a baseline
-#: (an offline reference agent: reported, never pooled with real models).
-STORE_COLUMNS: tuple[str, ...] = (*COLUMNS, "baseline")
+#: (an offline reference agent: reported, never pooled with real models) and
+#: the repeat index (0 .. K-1 under ``--agentperturb-repeats K``; 0 for one episode per item).
+STORE_COLUMNS: tuple[str, ...] = (*COLUMNS, "baseline", "repeat")
 
 
 class Outcome(str, enum.Enum):
@@ -147,6 +148,8 @@ class EpisodeRecord:
     behaviour: str = ""
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     baseline: bool = False
+    #: which of the K repeated episodes of one item this is (same variant, its own episode seed)
+    repeat: int = 0
 
     @property
     def outcome(self) -> Outcome:
@@ -155,9 +158,9 @@ class EpisodeRecord:
         return Outcome.PASS if self.success else Outcome.FAIL
 
     @property
-    def key(self) -> tuple[str, str, str, str, str, int]:
+    def key(self) -> tuple[str, str, str, str, str, int, int]:
         """Identity of an episode within the store."""
-        return (self.run_id, self.model, self.suite, self.task, self.family, self.seed)
+        return (self.run_id, self.model, self.suite, self.task, self.family, self.seed, self.repeat)
 
     def to_row(self) -> dict[str, Any]:
         """Column -> value, trajectory as JSON text, in :data:`STORE_COLUMNS` order."""
@@ -173,6 +176,7 @@ class EpisodeRecord:
             if d.get(b) is not None:
                 d[b] = bool(d[b])
         d["baseline"] = bool(d.get("baseline") or False)
+        d["repeat"] = int(d.get("repeat") or 0)
         traj = d.get("trajectory")
         d["trajectory"] = json.loads(traj) if isinstance(traj, str) and traj else (traj or [])
         for k in ("error", "awareness", "behaviour"):

@@ -2,7 +2,9 @@
 
 Node ids read ``suites/workflows::reschedule-standup::tool-missing[reference/literal]``
 for a folder suite and ``agentdojo:banking::banking-ut00::clean[...]`` for a
-named one.  Each item carries markers for its target and type, so
+named one; with ``--agentperturb-repeats K`` (K >= 2) each item becomes K
+adjacent items ``...[reference/literal-r0]`` to ``...-r<K-1>]`` (K = 1 keeps
+the ids without a suffix).  Each item carries markers for its target and type, so
 ``-k "tool and missing"`` and ``-m "tool and missing"`` both select it.  A
 malformed task (or suite), or a second task with an id already collected,
 becomes one :class:`InvalidTask` item whose setup fails with the loader's
@@ -33,6 +35,10 @@ class ItemRunner(Protocol):
     """What items need from the session."""
 
     seed: int
+    #: seed of the variants (the session seed unless ``--agentperturb-variant-seed`` pins it)
+    variant_seed: int
+    #: episodes per (task, family, agent)
+    repeats: int
 
     def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
         """Families to collect for ``task``, one of the tasks of ``adapter``."""
@@ -70,6 +76,26 @@ def item_seed(session_seed: int, task_key: str, family: str) -> int:
     """
     h = hashlib.sha256(f"{session_seed}|{task_key}|{family}".encode()).hexdigest()
     return int(h[:8], 16) % 2**31
+
+
+def episode_seed(session_seed: int, task_key: str, family: str, repeat: int) -> int:
+    """Seed of one repeated episode (``ctx.seed``; passed to providers that accept a seed).
+
+    Repeat 0 keeps :func:`item_seed` of the session seed, so a run without
+    repeats sees the seeds it always did; repeat r >= 1 hashes that seed
+    with r.  Like the item seed it does not depend on the model; unlike the
+    variant it changes with every repeat.
+    """
+    base = item_seed(session_seed, task_key, family)
+    if repeat == 0:
+        return base
+    h = hashlib.sha256(f"{base}|repeat|{repeat}".encode()).hexdigest()
+    return int(h[:8], 16) % 2**31
+
+
+def repeat_suffix(repeat: int, repeats: int) -> str:
+    """``-r<repeat>`` inside the item id when there are several repeats, else nothing."""
+    return f"-r{repeat}" if repeats > 1 else ""
 
 
 def _task_collectors(parent: pytest.Collector, adapter: SuiteAdapter
@@ -134,15 +160,17 @@ class TaskCollector(pytest.Collector):
         for family in runner.families_for(self.adapter, task):
             target, typ = family_parts(family)
             for model in runner.runner_names():
-                item = PerturbItem.from_parent(self, name=f"{family}[{model}]", task=task, family=family, model=model)
-                for kw in keywords:
-                    item.add_marker(kw)
-                if family == CLEAN:
-                    item.add_marker("clean")
-                else:
-                    item.add_marker(target)
-                    item.add_marker(typ)
-                yield item
+                for r in range(runner.repeats):  # repeats adjacent: the batcher prefetches them together
+                    item = PerturbItem.from_parent(self, name=f"{family}[{model}{repeat_suffix(r, runner.repeats)}]",
+                                                   task=task, family=family, model=model, repeat=r)
+                    for kw in keywords:
+                        item.add_marker(kw)
+                    if family == CLEAN:
+                        item.add_marker("clean")
+                    else:
+                        item.add_marker(target)
+                        item.add_marker(typ)
+                    yield item
 
 
 def load_error(exc: BaseException, what: str) -> str:
@@ -190,21 +218,31 @@ class EpisodeFailed(Exception):
 
 
 class PerturbItem(pytest.Item):
-    """One episode: a task, a family (or clean) and an agent."""
+    """One episode: a task, a family (or clean), an agent and a repeat index.
 
-    def __init__(self, *, task: Task, family: str, model: str, **kw: Any) -> None:
+    ``seed`` is the item's seed (it picks the variant, the same for every
+    repeat and every model); ``episode_seed`` is the seed of this repeat's
+    episode.
+    """
+
+    def __init__(self, *, task: Task, family: str, model: str, repeat: int = 0, **kw: Any) -> None:
         super().__init__(**kw)
         self.task = task
         self.family = family
         self.model = model
+        self.repeat = repeat
         self.record: EpisodeRecord | None = None
         self.reused = False
         self.variant: Variant | None = None
         self.skip_reason = ""
-        self.seed = item_seed(self.config.stash[ITEM_RUNNER].seed, task.key, family)
+        self.digest = ""
+        runner = self.config.stash[ITEM_RUNNER]
+        self.seed = item_seed(runner.variant_seed, task.key, family)
+        self.episode_seed = episode_seed(runner.seed, task.key, family, repeat)
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"{self.task.key}[{self.family}-{self.model}]"
+        suffix = repeat_suffix(self.repeat, self.config.stash[ITEM_RUNNER].repeats)
+        return self.path, 0, f"{self.task.key}[{self.family}-{self.model}{suffix}]"
 
     def setup(self) -> None:
         """Run (or reuse) the episode; an infrastructure error is a pytest ERROR.
@@ -232,18 +270,20 @@ class PerturbItem(pytest.Item):
 
 
 def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False,
-                   extra: Sequence[str] = ()) -> str:
+                   extra: Sequence[str] = (), repeat: int | None = None) -> str:
     """A command that re-runs exactly one item (pytest rejects '::' after a folder, so -k).
 
     ``runner_args`` are the flag and value that select the agent
     (``--agentperturb-model M`` or ``--agentperturb-agent SPEC``); ``extra``
     are the other flags that change the result (endpoint, protocol limits,
-    families, strict mode); every value is shell-quoted, so the line is safe
-    to paste.
+    families, strict mode, ``--agentperturb-repeats K``, a pinned variant
+    seed); ``repeat`` adds ``-k ... and r<repeat>]`` to select one repeat.
+    Every value is shell-quoted, so the line is safe to paste.
     """
     suite, task, name = nodeid.split("::")[:3]
     family = name.split("[", 1)[0]
     where = ["--agentperturb-suite", suite] if named else [suite]
-    args = ["pytest", "--agentperturb", *where, "-k", f"{task} and {family}", *runner_args, *extra,
+    which = f"{task} and {family}" + (f" and r{repeat}]" if repeat is not None else "")
+    args = ["pytest", "--agentperturb", *where, "-k", which, *runner_args, *extra,
             "--agentperturb-seed", str(seed)]
     return "reproduce: " + " ".join(shlex.quote(a) for a in args)

@@ -4,8 +4,8 @@ On every process it owns the session's registries (operators, agents,
 suite adapters), runs episodes for its items and writes them to the store.
 On the xdist controller (or the only process without xdist) it gathers the
 per-item records that travel on the test reports, prints the summary, runs
-the analysis, asks the gate for a verdict and writes the HTML report once,
-at the end.
+the analysis (against the ``--agentperturb-baseline`` run when one is named),
+asks the gate for a verdict and writes the HTML report once, at the end.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
     from ..imaging.backends import ImageBackend
     from ..perturb.engine import Engine, Registry
+    from ..run.baseline import BaselineRun
     from ..run.batcher import Batcher
     from ..run.generator import Generator
     from ..run.store import Store
@@ -79,6 +80,8 @@ class AgentPerturbSession:
         self.config = config
         self.settings = settings
         self.seed = settings.seed
+        self.variant_seed = settings.variant_seed
+        self.repeats = settings.repeats
         self.thresholds = thresholds
         self.llm = settings.llm
         self.is_worker = hasattr(config, "workerinput")
@@ -101,6 +104,7 @@ class AgentPerturbSession:
         self.started = time.perf_counter()
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
+        self.baseline_run: BaselineRun | None = None
         if config.pluginmanager.hasplugin("html"):
             from .html_extras import HtmlExtras
 
@@ -226,13 +230,34 @@ class AgentPerturbSession:
         self._load_agents()
         self.image_backend()  # a missing model folder or extra is reported before anything runs
         if not self.is_worker:
+            self._resolve_baseline()
+            config: dict[str, Any] = {
+                "seed": self.settings.seed, "models": list(self.runner_names()),
+                "families": list(self.settings.families), "version": __version__,
+            }
+            if self.repeats > 1 or self.variant_seed != self.seed:
+                config.update(repeats=self.repeats, variant_seed=self.variant_seed)
             try:  # a corrupt, foreign or newer store is a usage error naming the file, before anything runs
-                self.store().record_run(self.settings.run_id, {
-                    "seed": self.settings.seed, "models": list(self.runner_names()),
-                    "families": list(self.settings.families), "version": __version__,
-                })
+                self.store().record_run(self.settings.run_id, config)
             except StoreError as exc:
                 raise pytest.UsageError(str(exc)) from None
+
+    def _resolve_baseline(self) -> None:
+        """Find the ``--agentperturb-baseline`` run before anything runs (a bad name is a usage error)."""
+        if not self.settings.baseline:
+            if self.thresholds.max_regression is not None:
+                raise pytest.UsageError(f"{self.thresholds.names.get('max_regression')}: there is nothing to compare "
+                                        "with; name the baseline run with --agentperturb-baseline RUN_ID|last|"
+                                        "path.sqlite[:RUN_ID]")
+            return
+        from ..model.errors import AgentPerturbError
+        from ..run.baseline import resolve
+
+        try:
+            self.baseline_run = resolve(self.settings.baseline, self.settings.store, self.settings.run_id,
+                                        Path(str(self.config.rootpath)))
+        except AgentPerturbError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
@@ -277,10 +302,15 @@ class AgentPerturbSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings
-        return [
-            f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.runners)}",
+        extra = (f" repeats={s.repeats}" if s.repeats > 1 else "") \
+            + (f" variant_seed={s.variant_seed}" if s.variant_seed != s.seed else "")
+        lines = [
+            f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.runners)}{extra}",
             f"agentperturb: store={s.store} report={s.report}" + (" (resume)" if s.resume else ""),
         ]
+        if self.baseline_run is not None:
+            lines.append(f"agentperturb: versus {self.baseline_run.label}")
+        return lines
 
     def store(self) -> Store:
         if self._store is None:
@@ -316,8 +346,8 @@ class AgentPerturbSession:
             pytest.skip(str(v))
         return v
 
-    def _key(self, item: PerturbItem) -> tuple[str, str, str, str, str, int]:
-        return (self.settings.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed)
+    def _key(self, item: PerturbItem) -> tuple[str, str, str, str, str, int, int]:
+        return (self.settings.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed, item.repeat)
 
     def _episode(self, item: PerturbItem, variant: Variant) -> Any:
         """A factory of the item's episode coroutine (run on the batcher's loop)."""
@@ -325,7 +355,8 @@ class AgentPerturbSession:
 
         agent = self.agent(item.model)
         return lambda: run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,
-                                   timeout_s=self.llm.episode_timeout)
+                                   timeout_s=self.llm.episode_timeout, repeat=item.repeat,
+                                   episode_seed=item.episode_seed)
 
     def _prefetch(self, item: pytest.Item) -> Any:
         """Episode factory of an upcoming item, or None when it will be skipped or reused."""
@@ -362,6 +393,7 @@ class AgentPerturbSession:
         from .schedule import upcoming
 
         digest = variant_digest(item.task.digest(), variant)
+        item.digest = digest
         key = self._key(item)
         if self.settings.resume:
             old = self.store().get(key, digest)
@@ -391,8 +423,11 @@ class AgentPerturbSession:
                                 f"(operator {rec.operator}); reward {rec.reward}")
 
     def reproduce(self, item: PerturbItem) -> str:
+        extra = (["--agentperturb-repeats", str(self.repeats)] if self.repeats > 1 else []) \
+            + (["--agentperturb-variant-seed", str(self.variant_seed)] if self.variant_seed != self.seed else [])
         return reproduce_line(item.nodeid, self._runner_args.get(item.model, ["--agentperturb-model", item.model]),
-                              self.settings.seed, named=self._is_named(item.nodeid), extra=self.result_args())
+                              self.settings.seed, named=self._is_named(item.nodeid), extra=[*self.result_args(), *extra],
+                              repeat=item.repeat if self.repeats > 1 else None)
 
     def result_args(self) -> list[str]:
         """Flags (beyond the agent and the seed) whose values change an item's result, as set for this run.
@@ -442,7 +477,7 @@ class AgentPerturbSession:
                 row = item.record.to_row()
                 row["trajectory"] = item.record.trajectory
                 row.update(reused=item.reused, nodeid=item.nodeid, threshold=item.task.threshold,
-                           reproduce=item.reproduce_line())
+                           reproduce=item.reproduce_line(), variant_digest=item.digest)
                 row.update(row_extras(item))  # diff, canaries, task properties for the report
                 setattr(report, REPORT_ATTR, row)
                 if report.when == "call":
@@ -451,6 +486,8 @@ class AgentPerturbSession:
                              ("agentperturb_operator", item.record.operator),
                              ("agentperturb_seed", item.seed), ("agentperturb_reward", item.record.reward),
                              ("agentperturb_verdict", verdict)]
+                    if self.repeats > 1:
+                        props.append(("agentperturb_repeat", item.repeat))
                     if item.record.compliance is not None:
                         props.append(("agentperturb_compliance",
                                       "compliance" if item.record.compliance else "bypass"))
@@ -500,13 +537,13 @@ class AgentPerturbSession:
         from ..gate import evaluate
         from ..report.coverage import coverage, coverage_html
 
-        self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"]))
+        self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"], r.get("repeat", 0)))
         extra = self.config.hook.pytest_agentperturb_report_sections(
             records=[EpisodeRecord.from_row(r) for r in self.records], config=self.config)
         sections = [("Coverage per suite", coverage_html(coverage(self.records, self.skip_rows)))]
         sections += [s for res in extra for s in (res or [])]
         table = report.episode_table(self.records)
-        self.analysis = report.analyse(table, self.records, seed=self.settings.seed)
+        self.analysis = report.analyse(table, self.records, seed=self.settings.seed, **self._baseline_inputs())
         self.verdict = evaluate(self.thresholds, self.analysis)
         if self.records:  # never replace the last report by an empty one
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(self.invalid.items())]
@@ -515,6 +552,16 @@ class AgentPerturbSession:
             report.write(self.settings.report, html)
         if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _baseline_inputs(self) -> dict[str, Any]:
+        """The baseline run's episode table for the analysis (nothing without ``--agentperturb-baseline``)."""
+        if self.baseline_run is None:
+            return {}
+        from .. import report
+        from ..run.baseline import read_rows
+
+        rows = read_rows(self.baseline_run)
+        return {"baseline": report.episode_table(rows), "baseline_label": self.baseline_run.label}
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker:
@@ -531,9 +578,9 @@ class AgentPerturbSession:
             for nodeid, msg in sorted(self.invalid.items()):
                 tr.write_line(f"  {nodeid}: {msg}")
         if self.analysis is not None:
-            from ..analysis import summary_lines
+            from ..analysis import extra_summary_lines, summary_lines
 
-            for line in summary_lines(self.analysis):
+            for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
                 tr.write_line(line)
         if self.records or self.skip_rows:
             from ..report.coverage import coverage, coverage_lines

@@ -92,12 +92,18 @@ async def run_episode(
     seed: int,
     timeout_s: float = 1800.0,
     simulator: Simulator | None = None,
+    repeat: int = 0,
+    episode_seed: int | None = None,
 ) -> EpisodeRecord:
     """Play and score one episode; never raises for agent, provider or grader errors.
 
-    The returned record carries no configured secret (trajectory and error are redacted).
+    ``seed`` is the item's seed (recorded in the row); ``episode_seed`` (by
+    default ``seed``) is what the agent sees as ``ctx.seed``: each of the K
+    repeats of an item has its own, on the same variant.  The returned record
+    carries no configured secret (trajectory and error are redacted).
     """
-    rec = await _play(task, variant, agent, run_id=run_id, seed=seed, timeout_s=timeout_s, simulator=simulator)
+    rec = await _play(task, variant, agent, run_id=run_id, seed=seed, timeout_s=timeout_s, simulator=simulator,
+                      repeat=repeat, episode_seed=episode_seed)
     known = secrets()
     if known:
         rec.error = redact_text(rec.error, known)
@@ -106,11 +112,11 @@ async def run_episode(
 
 
 async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed: int, timeout_s: float,
-                simulator: Simulator | None) -> EpisodeRecord:
+                simulator: Simulator | None, repeat: int, episode_seed: int | None) -> EpisodeRecord:
     rec = EpisodeRecord(
         run_id=run_id, model=agent.name, suite=task.suite, task=task.id, family=variant.family,
         target=variant.target, type=variant.type, operator=variant.operator, seed=seed,
-        baseline=bool(getattr(agent, "baseline", False)),
+        baseline=bool(getattr(agent, "baseline", False)), repeat=repeat,
     )
     try:
         env = task.environment(variant.injections)
@@ -120,7 +126,7 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
     except Exception as exc:  # the adapter's environment factory failed: not the agent's doing
         rec.error = f"EnvironmentError: {type(exc).__name__}: {exc}"[:500]
         return rec
-    ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed,
+    ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed if episode_seed is None else episode_seed,
                          simulator=simulator or UserSimulator(task, variant.recovery))
     t0 = time.perf_counter()
     try:

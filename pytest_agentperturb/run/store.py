@@ -3,8 +3,8 @@
 Every worker opens its own connection in WAL mode with a generous busy
 timeout and commits each episode as soon as it is scored, so a run killed
 mid-way loses at most the episodes in flight.  Rows are keyed by
-(run_id, model, suite, task, family, seed): writing the same episode again
-replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
+(run_id, model, suite, task, family, seed, repeat): writing the same episode
+again replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
 reused only if the variant it was run on is byte-identical to today's.
 
 A store is opened read-only (``Store(path, readonly=True)``: ``report`` and
@@ -30,16 +30,36 @@ from typing import Any
 from ..model.errors import StoreError
 from ..model.records import STORE_COLUMNS, EpisodeRecord, Variant
 
-SCHEMA_VERSION = 2  # 2: the agent's baseline flag
+SCHEMA_VERSION = 3  # 2: the agent's baseline flag; 3: the repeat index in the key
 _TYPES = {
-    "baseline": "INTEGER",
+    "baseline": "INTEGER", "repeat": "INTEGER",
     "seed": "INTEGER", "reward": "REAL", "success": "INTEGER", "compliance": "INTEGER",
     "input_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
     "cost_usd": "REAL", "tool_calls": "INTEGER", "turns": "INTEGER", "wall_s": "REAL",
 }
-KEY = ("run_id", "model", "suite", "task", "family", "seed")
+KEY = ("run_id", "model", "suite", "task", "family", "seed", "repeat")
 _EXTRA = ("variant_digest", "recorded_at")
 _FIX = "point --agentperturb-store (or --store) at another file, or move this one away"
+
+
+def _episodes_ddl(table: str) -> str:
+    cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in STORE_COLUMNS)
+    return (f"CREATE TABLE IF NOT EXISTS {table} ({cols}, variant_digest TEXT, recorded_at REAL, "
+            f"PRIMARY KEY ({', '.join(KEY)}))")
+
+
+def _migrate_repeat(conn: sqlite3.Connection) -> None:
+    """Schema 2 -> 3: every recorded episode becomes repeat 0, and the key gains ``repeat``.
+
+    SQLite cannot change a primary key in place, so the table is rebuilt
+    (inside the caller's transaction): rename, create, copy, drop.
+    """
+    old = [r[1] for r in conn.execute("PRAGMA table_info(episodes)")]
+    conn.execute("ALTER TABLE episodes RENAME TO episodes_v2")
+    conn.execute(_episodes_ddl("episodes"))
+    cols = ", ".join(old)
+    conn.execute(f"INSERT INTO episodes ({cols}, repeat) SELECT {cols}, 0 FROM episodes_v2")
+    conn.execute("DROP TABLE episodes_v2")
 
 
 class Store:
@@ -54,7 +74,7 @@ class Store:
                 self._conn = _connect_readonly(self.path)
                 self._check_version()
                 self._have = self._columns("episodes")
-                missing = [k for k in KEY if k not in self._have] if self._have else []
+                missing = [k for k in KEY if k not in self._have and k != "repeat"] if self._have else []
                 if missing:
                     raise StoreError(f"{self.path}: its episodes table lacks the key column(s) "
                                      f"{', '.join(missing)}: not a pytest-agentperturb store; fix: {_FIX}")
@@ -87,24 +107,22 @@ class Store:
                              f"version reads up to {SCHEMA_VERSION}); fix: upgrade pytest-agentperturb, or {_FIX}")
 
     def _create(self) -> None:
-        cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in STORE_COLUMNS)
         with self._tx():
             self._check_version()
-            self._conn.execute(
-                f"CREATE TABLE IF NOT EXISTS episodes ({cols}, variant_digest TEXT, recorded_at REAL, "
-                f"PRIMARY KEY ({', '.join(KEY)}))"
-            )
+            self._conn.execute(_episodes_ddl("episodes"))
             have = self._columns("episodes")
-            missing = [k for k in KEY if k not in have]
+            missing = [k for k in KEY if k not in have and k != "repeat"]
             if missing:
                 raise StoreError(f"{self.path}: its episodes table lacks the key column(s) {', '.join(missing)}: "
                                  f"not a pytest-agentperturb store; fix: {_FIX}")
             for c in (*STORE_COLUMNS, *_EXTRA):  # an older schema: add what it lacks (all nullable)
-                if c not in have:
+                if c not in have and c != "repeat":
                     typ = "REAL" if c == "recorded_at" else _TYPES.get(c, "TEXT")
                     self._conn.execute(f"ALTER TABLE episodes ADD COLUMN {c} {typ}")
             if "baseline" not in have:  # a version-1 store: the flag follows the built-in baselines' names
                 self._conn.execute("UPDATE episodes SET baseline = (model LIKE 'reference/%')")
+            if "repeat" not in have:  # schema 2 and older: the key gains the repeat (a rebuild)
+                _migrate_repeat(self._conn)
             self._have = self._columns("episodes")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -170,8 +188,14 @@ class Store:
                 return prefix + c
             if c == "baseline":
                 return f"({prefix}model LIKE 'reference/%')"
+            if c == "repeat":
+                return "0"
             return "NULL"
-        return ", ".join(col(c) for c in (*STORE_COLUMNS, "variant_digest"))
+        return ", ".join(col(c) for c in (*STORE_COLUMNS, "variant_digest", "recorded_at"))
+
+    def _order(self, prefix: str = "") -> str:
+        """ORDER BY the key (a store older than repeats has none: every row is repeat 0)."""
+        return ", ".join(prefix + k for k in KEY if k in self._have)
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         if not self._have:  # an empty file or a store without episodes yet
@@ -181,9 +205,9 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the results store ({exc}); fix: {_FIX}") from None
 
-    def get(self, key: tuple[str, str, str, str, str, int], variant_digest: str) -> EpisodeRecord | None:
+    def get(self, key: tuple[str, str, str, str, str, int, int], variant_digest: str) -> EpisodeRecord | None:
         """A recorded, error-free episode of that key and variant, if any."""
-        q = " AND ".join(f"{k} = ?" for k in KEY)
+        q = " AND ".join(f"{k} = ?" if k in self._have else "? = 0" for k in KEY)
         rows = self._read(f"SELECT {self._select()} FROM episodes WHERE {q} AND variant_digest = ? "
                           "AND (error IS NULL OR error = '')", (*key, variant_digest))
         return EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, rows[0]))) if rows else None
@@ -191,19 +215,21 @@ class Store:
     def episodes(self, run_id: str | None = None) -> Iterator[EpisodeRecord]:
         """All episodes (of one run), in key order."""
         where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
-        for row in self._read(f"SELECT {self._select()} FROM episodes {where} ORDER BY {', '.join(KEY)}", args):
+        for row in self._read(f"SELECT {self._select()} FROM episodes {where} ORDER BY {self._order()}", args):
             yield EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, row)))
 
     def rows(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Episode rows (of one run) joined with their variant's ``diff`` and ``canaries`` (JSON text)."""
+        """Episode rows (of one run) joined with their variant's ``diff`` and ``canaries`` (JSON text).
+
+        Each row also carries ``variant_digest`` and ``recorded_at``.
+        """
         where, args = ("WHERE e.run_id = ?", (run_id,)) if run_id else ("", ())
-        names = [*STORE_COLUMNS, "variant_digest", "diff", "canaries"]
+        names = [*STORE_COLUMNS, "variant_digest", "recorded_at", "diff", "canaries"]
         if {"diff", "canaries", "variant_digest"} <= self._columns("variants") and "variant_digest" in self._have:
             sql = (f"SELECT {self._select('e.')}, v.diff, v.canaries FROM episodes e LEFT JOIN variants v "
-                   f"ON v.variant_digest = e.variant_digest {where} ORDER BY {', '.join('e.' + k for k in KEY)}")
+                   f"ON v.variant_digest = e.variant_digest {where} ORDER BY {self._order('e.')}")
         else:
-            sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} "
-                   f"ORDER BY {', '.join('e.' + k for k in KEY)}")
+            sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} ORDER BY {self._order('e.')}")
         return [dict(zip(names, r)) for r in self._read(sql, args)]
 
     def runs(self) -> list[str]:
