@@ -25,7 +25,9 @@ MIN_LENGTH = 8
 def secrets() -> dict[str, str]:
     """Every configured secret value -> the name it is replaced by (``<OPENAI_API_KEY>``), longest first."""
     found: dict[str, str] = {}
-    for name, value in os.environ.items():
+    # safe on the episode thread while pytest sets PYTEST_CURRENT_TEST: a snapshot of the names, then get()
+    for name in list(os.environ):
+        value = os.environ.get(name, "")
         if len(value) >= MIN_LENGTH and _SECRET_NAME.search(name):
             found.setdefault(value, f"<{name}>")
     litellm = sys.modules.get("litellm")
