@@ -55,4 +55,9 @@ def pytest_agentperturb_report_sections(records: list[EpisodeRecord], config: py
 
 @pytest.hookspec
 def pytest_agentperturb_episode_recorded(record: EpisodeRecord, config: pytest.Config) -> Any:
-    """Called on the process that ran an episode, right after it was stored."""
+    """Called on the process that ran an episode, right after it was scored.
+
+    Without xdist that process has just stored it; under xdist the worker
+    calls this and the controller stores the episode when the item's report
+    arrives (a worker never opens the store).
+    """

@@ -1,11 +1,12 @@
 """The session object, registered only when ``--agentperturb`` is on.
 
 On every process it owns the session's registries (operators, agents,
-suite adapters), runs episodes for its items and writes them to the store.
-On the xdist controller (or the only process without xdist) it gathers the
-per-item records that travel on the test reports, prints the summary, runs
-the analysis (against the ``--agentperturb-baseline`` run when one is named),
-asks the gate for a verdict and writes the HTML report once, at the end.
+suite adapters) and runs episodes for its items.  On the xdist controller
+(or the only process) it stores and gathers the per-item records that travel
+on the test reports (workers never open the store: :mod:`.distribute`),
+prints the summary, runs the analysis (against the ``--agentperturb-baseline``
+run when one is named), asks the gate for a verdict and writes the HTML
+report once, at the end.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
 from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, TARGETS, Task
 from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
+from .distribute import Controller, Finished, Key
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -111,6 +113,11 @@ class AgentPerturbSession:
             config.pluginmanager.register(HtmlExtras(settings.report), "agentperturb-html-extras")
         self._batcher: Batcher | None = None
         self._generator: Generator | None = None
+        # a worker resumes from what the controller found recorded; only the controller (or sole process) stores
+        self._finished = Finished.of(config) if self.is_worker else None
+        self.controller = None if self.is_worker else Controller(config, settings, self.store)
+        if self.controller is not None:
+            config.pluginmanager.register(self.controller, "agentperturb-controller")
         config.stash[ITEM_RUNNER] = self
 
     # -- registries ------------------------------------------------------------
@@ -284,22 +291,6 @@ class AgentPerturbSession:
             return None
         return SuiteDirectory.from_parent(parent, path=path, adapter=adapter)
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """Send all items of a task to one worker (xdist's ``loadscope``) unless --dist was chosen.
-
-        A worker can only keep many episodes in flight if it already holds
-        the items that come next; with plain ``load`` scheduling it is sent
-        one or two at a time.  Scopes are ``suite::task``, so the node ids do
-        not change.
-        """
-        args = [*config.invocation_params.args, *config.getini("addopts")]
-        if config.getvalue("dist") != "load" or any(a in ("--dist", "-d") or a.startswith("--dist=") for a in args):
-            return None
-        from xdist.scheduler import LoadScopeScheduling
-
-        return LoadScopeScheduling(config, log)
-
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings
         extra = (f" repeats={s.repeats}" if s.repeats > 1 else "") \
@@ -313,6 +304,9 @@ class AgentPerturbSession:
         return lines
 
     def store(self) -> Store:
+        """The results store (opened on the controller or the only process; never on an xdist worker)."""
+        if self.is_worker:
+            raise RuntimeError("an xdist worker never opens the store; it reports its episodes to the controller")
         if self._store is None:
             from ..run.store import Store
 
@@ -346,8 +340,12 @@ class AgentPerturbSession:
             pytest.skip(str(v))
         return v
 
-    def _key(self, item: PerturbItem) -> tuple[str, str, str, str, str, int, int]:
+    def _key(self, item: PerturbItem) -> Key:
         return (self.settings.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed, item.repeat)
+
+    def _recorded(self, key: Key, digest: str) -> EpisodeRecord | None:
+        """Resume: the recorded episode of ``key`` on this variant (on a worker, from the controller's table)."""
+        return self._finished.get(key, digest) if self._finished is not None else self.store().get(key, digest)
 
     def _episode(self, item: PerturbItem, variant: Variant) -> Any:
         """A factory of the item's episode coroutine (run on the batcher's loop)."""
@@ -365,7 +363,7 @@ class AgentPerturbSession:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
             return None
-        if self.settings.resume and self.store().get(self._key(item), variant_digest(item.task.digest(), v)):
+        if self.settings.resume and self._recorded(self._key(item), variant_digest(item.task.digest(), v)):
             return None
         return self._episode(item, v)
 
@@ -396,7 +394,7 @@ class AgentPerturbSession:
         item.digest = digest
         key = self._key(item)
         if self.settings.resume:
-            old = self.store().get(key, digest)
+            old = self._recorded(key, digest)
             if old is not None:
                 item.record, item.reused = old, True
                 return
@@ -411,7 +409,8 @@ class AgentPerturbSession:
                     n -= 1
 
         rec: EpisodeRecord = batcher.run(item.nodeid, self._episode(item, variant), top_up)
-        self.store().put(rec, digest, variant)
+        if not self.is_worker:  # a worker's episode travels on the report; the controller stores it
+            self.store().put(rec, digest, variant)
         item.record = rec
         self.config.hook.pytest_agentperturb_episode_recorded(record=rec, config=self.config)
 
@@ -512,14 +511,18 @@ class AgentPerturbSession:
             return "passed", ".", (word, {"green": True})
         return "agent-failed", "f", (word, {"yellow": True})
 
+    @pytest.hookimpl(tryfirst=True)  # a failed store write must turn the report into a failure before it is shown
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         skip = getattr(report, SKIP_ATTR, None)
         if skip is not None and not self.is_worker:
             self.skipped.append((report.nodeid, str(skip["reason"])))
             self.skip_rows.append(dict(skip))
         row = getattr(report, REPORT_ATTR, None)
-        if row is not None and not self.is_worker:
-            self.records.append(row)
+        if row is not None and self.controller is not None:
+            if self.controller.distributed and not self.controller.store_reported(report, row):
+                self.harness_errors += 1  # scored but not stored: an ERROR, never in an aggregate
+            else:
+                self.records.append(row)
         invalid = getattr(report, INVALID_ATTR, None)
         if invalid is not None and not self.is_worker:
             self.invalid[report.nodeid] = str(invalid)

@@ -1,8 +1,10 @@
 """The results store: one SQLite file, an ``episodes`` table, safe under xdist.
 
-Every worker opens its own connection in WAL mode with a generous busy
-timeout and commits each episode as soon as it is scored, so a run killed
-mid-way loses at most the episodes in flight.  Rows are keyed by
+One process writes it: the pytest process that ran the episodes, or,
+under xdist, the controller as each item's report arrives (workers, perhaps
+on other hosts, never open it).  It is opened in WAL mode with a generous
+busy timeout and each episode is committed as soon as it is stored, so a run
+killed mid-way loses at most the episodes in flight.  Rows are keyed by
 (run_id, model, suite, task, family, seed, repeat): writing the same episode
 again replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
 reused only if the variant it was run on is byte-identical to today's.
@@ -162,12 +164,38 @@ class Store:
         Raises:
             StoreError: naming the file, when SQLite cannot write (disk full, locked, read-only).
         """
+        described = None if variant is None else (variant.family, variant.operator, variant.edit_text,
+                                                  [asdict(c) for c in variant.canaries])
+        self._put_safely(rec, variant_digest, described)
+
+    def put_row(self, row: dict[str, Any]) -> None:
+        """Insert or replace one episode given as a row: the inverse of :meth:`rows`.
+
+        The row holds the :data:`STORE_COLUMNS` (the trajectory as a list or
+        as JSON text), ``variant_digest``, and the variant's ``diff`` and
+        ``canaries`` (a list of dicts or JSON text).  This is how the xdist
+        controller stores the episodes its workers report.
+
+        Raises:
+            StoreError: naming the file, when SQLite cannot write.
+        """
+        rec = EpisodeRecord.from_row(row)
+        digest = str(row.get("variant_digest") or "")
+        canaries = row.get("canaries") or []
+        if isinstance(canaries, str):
+            canaries = json.loads(canaries)
+        self._put_safely(rec, digest, (rec.family, rec.operator, str(row.get("diff") or ""), list(canaries)))
+
+    def _put_safely(self, rec: EpisodeRecord, variant_digest: str,
+                    described: tuple[str, str, str, list[Any]] | None) -> None:
         try:
-            self._put(rec, variant_digest, variant)
+            self._put(rec, variant_digest, described)
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot record the episode {rec.key} ({exc}); fix: {_FIX}") from None
 
-    def _put(self, rec: EpisodeRecord, variant_digest: str, variant: Variant | None) -> None:
+    def _put(self, rec: EpisodeRecord, variant_digest: str,
+             described: tuple[str, str, str, list[Any]] | None) -> None:
+        """One transaction: the episode, and its variant (family, operator, diff, canaries) if new."""
         row = rec.to_row()
         names = [*STORE_COLUMNS, "variant_digest", "recorded_at"]
         vals = [row[c] for c in STORE_COLUMNS] + [variant_digest, time.time()]
@@ -176,14 +204,17 @@ class Store:
                 f"INSERT OR REPLACE INTO episodes ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                 vals,
             )
-            if variant is not None and variant_digest:
-                canaries = json.dumps([asdict(c) for c in variant.canaries], ensure_ascii=False, sort_keys=True)
+            if described is not None and variant_digest:
+                family, operator, diff, canaries = described
+                text = json.dumps(canaries, ensure_ascii=False, sort_keys=True)
                 self._conn.execute("INSERT OR IGNORE INTO variants VALUES (?, ?, ?, ?, ?)",
-                                   (variant_digest, variant.family, variant.operator, variant.edit_text, canaries))
+                                   (variant_digest, family, operator, diff, text))
 
-    def _select(self, prefix: str = "") -> str:
-        """The stored columns, read from an older schema too (a missing column reads as NULL)."""
+    def _select(self, prefix: str = "", skip: tuple[str, ...] = ()) -> str:
+        """The stored columns, read from an older schema too (a missing or skipped column reads as NULL)."""
         def col(c: str) -> str:
+            if c in skip:
+                return "NULL"
             if c in self._have:
                 return prefix + c
             if c == "baseline":
@@ -211,6 +242,17 @@ class Store:
         rows = self._read(f"SELECT {self._select()} FROM episodes WHERE {q} AND variant_digest = ? "
                           "AND (error IS NULL OR error = '')", (*key, variant_digest))
         return EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, rows[0]))) if rows else None
+
+    def finished(self, run_id: str) -> list[dict[str, Any]]:
+        """The recorded, error-free episodes of one run, without their trajectories: what resume reuses.
+
+        Each row holds the :data:`STORE_COLUMNS` (``trajectory`` NULL) and
+        ``variant_digest``; the xdist controller sends them to its workers.
+        """
+        names = [*STORE_COLUMNS, "variant_digest", "recorded_at"]
+        rows = self._read(f"SELECT {self._select(skip=('trajectory',))} FROM episodes WHERE run_id = ? "
+                          f"AND (error IS NULL OR error = '') ORDER BY {self._order()}", (run_id,))
+        return [dict(zip(names, r)) for r in rows]
 
     def episodes(self, run_id: str | None = None) -> Iterator[EpisodeRecord]:
         """All episodes (of one run), in key order."""

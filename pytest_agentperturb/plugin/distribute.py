@@ -1,0 +1,135 @@
+"""Running under xdist, on this host or on others: only the controller touches the store and the report.
+
+A worker (an ``-n`` process, or a ``--tx socket=``/``ssh=`` node on a host
+that cannot see the controller's files) never opens the store and never
+writes the report.  It sends each episode on its item's report (the row
+the report already carries for the summary), and the controller stores it
+as the report arrives.  For ``--agentperturb-resume`` the controller reads
+the run's finished episodes once and hands them, without trajectories, to
+every worker in xdist's ``workerinput``; a worker reuses one when its
+variant digest matches, and the controller puts the stored trajectory back
+on the reused row.  Nothing here depends on a path: a worker resolves its
+suites against its own folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..model.errors import StoreError
+from ..model.records import EpisodeRecord
+from ..model.options import Settings, option
+
+if TYPE_CHECKING:
+    from ..run.store import Store
+
+#: Key of the finished episodes in xdist's ``workerinput`` (a list of rows; only under resume).
+FINISHED_INPUT = "agentperturb_finished"
+Key = tuple[str, str, str, str, str, int, int]
+
+
+def row_key(row: dict[str, Any]) -> Key:
+    """The store key of an episode row."""
+    return (str(row["run_id"]), str(row["model"]), str(row["suite"]), str(row["task"]), str(row["family"]),
+            int(row["seed"]), int(row.get("repeat") or 0))
+
+
+class Finished:
+    """A worker's view of the episodes the controller found in the store (resume without the store)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self._rows = {row_key(r): r for r in rows}
+
+    @classmethod
+    def of(cls, config: pytest.Config) -> Finished:
+        """The table the controller sent in ``workerinput`` (empty when it sent none)."""
+        workerinput = getattr(config, "workerinput", None) or {}
+        return cls(list(workerinput.get(FINISHED_INPUT) or []))
+
+    def get(self, key: Key, variant_digest: str) -> EpisodeRecord | None:
+        """The finished episode of that key if it ran on the same variant (its trajectory left at the controller)."""
+        row = self._rows.get(key)
+        if row is None or row.get("variant_digest") != variant_digest:
+            return None
+        return EpisodeRecord.from_row(row)
+
+
+class Controller:
+    """The hooks of the xdist controller (or of the only process, where most of them never fire)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, store: Callable[[], Store]) -> None:
+        self.config = config
+        self.settings = settings
+        self._store = store
+        self._finished: list[dict[str, Any]] | None = None
+
+    @property
+    def distributed(self) -> bool:
+        """Whether xdist sends the items to workers (then they report episodes and this process stores them)."""
+        return self.config.pluginmanager.has_plugin("dsession")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Send each worker the run's finished episodes when resuming (read once; workers never open the store)."""
+        if not self.settings.resume:
+            return
+        if self._finished is None:
+            try:
+                self._finished = self._store().finished(self.settings.run_id)
+            except StoreError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        node.workerinput[FINISHED_INPUT] = self._finished
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """Send all items of a task to one worker (xdist's ``loadscope``) unless --dist was chosen.
+
+        A worker can only keep many episodes in flight if it already holds
+        the items that come next; with plain ``load`` scheduling it is sent
+        one or two at a time.  Scopes are ``suite::task``, so the node ids do
+        not change.
+        """
+        args = [*config.invocation_params.args, *config.getini("addopts")]
+        if config.getvalue("dist") != "load" or any(a in ("--dist", "-d") or a.startswith("--dist=") for a in args):
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        return LoadScopeScheduling(config, log)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> Any:
+        """xdist refuses a path argument it cannot send to another host: say how to name the suite instead."""
+        try:
+            return (yield)
+        except ValueError as exc:
+            if "not relative to an rsync root" not in str(exc):
+                raise
+            suite = option("suites").flag
+            raise pytest.UsageError(
+                f"{exc}: xdist rewrites path arguments for workers on other hosts (--tx socket=/ssh=) and "
+                f"accepts only paths below an rsync root; fix: name each suite folder with {suite}=PATH (one "
+                f"argument, with '='; each worker finds PATH below its own folder) or in the ini key "
+                f"agentperturb_suites, and write other path options with '=' too "
+                f"({option('store').flag}=PATH)") from None
+
+    def store_reported(self, report: pytest.TestReport, row: dict[str, Any]) -> bool:
+        """Store an episode a worker reported; for a reused one, put the stored trajectory back on its row.
+
+        Returns False when the store failed: the report then reads as a
+        failure that names the file (a harness error, not the agent's).
+        """
+        try:
+            if row.get("reused"):
+                old = self._store().get(row_key(row), str(row.get("variant_digest") or ""))
+                if old is not None:
+                    row["trajectory"] = old.trajectory
+            else:
+                self._store().put_row(row)
+        except StoreError as exc:
+            report.outcome = "failed"
+            report.longrepr = f"results store error (not an agent failure): {exc}"
+            return False
+        return True
