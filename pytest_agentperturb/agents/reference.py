@@ -118,7 +118,7 @@ class OracleAgent:
         for fid in ctx.variant.recovery:
             fact = ctx.task.fact(fid)
             ctx.model_turn(fact.question)
-            reply = ctx.ask_user(fact.question)
+            reply = await ctx.ask_user_async(fact.question)
             values[fid] = reply if reply == fact.value else UNKNOWN
         for step in ctx.task.solution:
             args = fill(dict(step.args), values)
@@ -170,18 +170,18 @@ class CarefulAgent:
         for step in ctx.task.solution:
             for fid in step.facts():
                 if fid not in values:
-                    values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations)
+                    values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations)
             obs = self._call(ctx, step, fill(dict(step.args), values))
             observations.append(obs)
         for fid in _ordered_facts((), ctx.task.answer):
             if fid not in values:
-                values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations)
+                values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations)
         first = ctx.task.solution[0]
         self._call(ctx, first, fill(dict(first.args), values))  # verify the end state
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))
 
-    def _resolve(self, ctx: EpisodeContext, fact: Fact, observations: list[str]) -> str:
+    async def _resolve(self, ctx: EpisodeContext, fact: Fact, observations: list[str]) -> str:
         found = list(fact.find(ctx.surfaces.texts()))
         distinct = list(dict.fromkeys(v for _, v in found))
         seen = "\n".join(observations)
@@ -191,7 +191,7 @@ class CarefulAgent:
         if len(verified) == 1:
             return verified[0]
         ctx.model_turn(fact.question)
-        reply = ctx.ask_user(fact.question)
+        reply = await ctx.ask_user_async(fact.question)
         if reply != NEUTRAL_REPLY:
             m = re.search(FACT_KINDS[fact.kind], reply) if fact.kind in FACT_KINDS else None
             return m.group(0) if m else reply.strip()

@@ -23,7 +23,7 @@ from ..model.protocols import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.task import Task
 from ..perturb.engine import Engine, OracleResult, Registry
-from .simulator import UserSimulator
+from .simulator import default_simulator
 
 
 def _actions_text(ctx: EpisodeContext) -> str:
@@ -88,7 +88,12 @@ async def run_episode(
     timeout_s: float = 1800.0,
     simulator: Simulator | None = None,
 ) -> EpisodeRecord:
-    """Play and score one episode; never raises for agent, provider or grader errors."""
+    """Play and score one episode; never raises for agent, provider, simulator or grader errors.
+
+    ``simulator`` is the user behind ``ask_user`` (default: the offline
+    keyword simulator of this variant).  A simulator failure makes the
+    episode an error, even when the agent caught the exception.
+    """
     rec = EpisodeRecord(
         run_id=run_id, model=agent.name, suite=task.suite, task=task.id, family=variant.family,
         target=variant.target, type=variant.type, operator=variant.operator, seed=seed,
@@ -101,7 +106,8 @@ async def run_episode(
         rec.error = f"EnvironmentError: {type(exc).__name__}: {exc}"[:500]
         return rec
     ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed,
-                         simulator=simulator or UserSimulator(task, variant.recovery))
+                         simulator=simulator or default_simulator(task, variant),
+                         loop=asyncio.get_running_loop())
     t0 = time.perf_counter()
     try:
         await asyncio.wait_for(agent.run(ctx), timeout=timeout_s)
@@ -111,6 +117,8 @@ async def run_episode(
         rec.error = f"{type(exc).__name__}: {exc}"[:500]
     finally:
         ctx.cancelled = True  # a blocking agent still running in its thread stops at its next call
+    if ctx.simulator_error and not rec.error:  # even when the agent caught it: the user failed, not the agent
+        rec.error = f"SimulatorError: {ctx.simulator_error}"[:500]
     rec.wall_s = round(time.perf_counter() - t0, 4)
     rec.input_tokens, rec.output_tokens = ctx.input_tokens, ctx.output_tokens
     rec.reasoning_tokens, rec.cost_usd = ctx.reasoning_tokens, ctx.cost_usd
@@ -128,8 +136,12 @@ async def run_episode(
         rec.reward = float(result.reward)
         rec.success = rec.reward >= task.threshold
         rec.compliance = classify_compliance(variant, ctx)
-        rec.trajectory.append({"role": "grader", "checks": [[c, ok] for c, ok in result.checks],
-                               "recovery_turns": ctx.recovery_turns})
+        entry: dict[str, Any] = {"role": "grader", "checks": [[c, ok] for c, ok in result.checks],
+                                 "recovery_turns": ctx.recovery_turns}
+        blocked = sum(1 for e in ctx.trajectory if e.get("role") == "user" and e.get("blocked"))
+        if blocked:  # replies of the user simulator that would have leaked
+            entry["blocked_leaks"] = blocked
+        rec.trajectory.append(entry)
     return rec
 
 
