@@ -40,8 +40,8 @@ REPORT_ATTR = "agentperturb"
 DEFAULT_FAMILIES = (CLEAN, *FAMILIES, *INSERTED)
 
 
-def variant_digest(task_digest: str, variant: Variant) -> str:
-    """Identity of the exact instance an episode ran on (guards resume)."""
+def variant_digest(task_digest: str, variant: Variant, user_model: str = "") -> str:
+    """Identity of the exact instance an episode ran on, and of the user behind ``ask_user`` (guards resume)."""
     h = hashlib.sha256()
     for part in (__version__, task_digest, variant.family, variant.operator, str(variant.seed)):
         h.update(part.encode() + b"\0")
@@ -49,6 +49,8 @@ def variant_digest(task_digest: str, variant: Variant) -> str:
         h.update(variant.surfaces.render(t).encode())
     for inj in variant.injections:  # an injection edits no surface but is part of the instance
         h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode())
+    if user_model:  # another user simulator is another episode (the keyword simulator adds nothing)
+        h.update(b"user-model\0" + user_model.encode())
     return h.hexdigest()
 
 
@@ -172,6 +174,7 @@ class AgentPerturbSession:
             self.store().record_run(self.settings.run_id, {
                 "seed": self.settings.seed, "models": list(self.runner_names()),
                 "families": list(self.settings.families), "version": __version__,
+                "user_model": self.llm.user_model or "keyword",
             })
 
     @pytest.hookimpl(wrapper=True)
@@ -219,6 +222,7 @@ class AgentPerturbSession:
         return [
             f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.runners)}",
             f"agentperturb: store={s.store} report={s.report}" + (" (resume)" if s.resume else ""),
+            f"agentperturb: user simulator={s.llm.user_model or 'keyword (offline)'}",
         ]
 
     def store(self) -> Store:
@@ -263,8 +267,17 @@ class AgentPerturbSession:
         from ..run.episode import run_episode
 
         agent = self.agent(item.model)
-        return lambda: run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,
-                                   timeout_s=self.llm.episode_timeout)
+
+        def episode() -> Any:
+            simulator = None
+            if self.llm.user_model:
+                from ..run.llm_simulator import make_simulator
+
+                simulator = make_simulator(item.task, variant, self.llm)
+            return run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,
+                               timeout_s=self.llm.episode_timeout, simulator=simulator)
+
+        return episode
 
     def _prefetch(self, item: pytest.Item) -> Any:
         """Episode factory of an upcoming item, or None when it will be skipped or reused."""
@@ -273,7 +286,8 @@ class AgentPerturbSession:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
             return None
-        if self.settings.resume and self.store().get(self._key(item), variant_digest(item.task.digest(), v)):
+        digest = variant_digest(item.task.digest(), v, self.llm.user_model)
+        if self.settings.resume and self.store().get(self._key(item), digest):
             return None
         return self._episode(item, v)
 
@@ -294,7 +308,7 @@ class AgentPerturbSession:
 
         variant = self.variant(item)
         item.variant = variant
-        digest = variant_digest(item.task.digest(), variant)
+        digest = variant_digest(item.task.digest(), variant, self.llm.user_model)
         key = self._key(item)
         if self.settings.resume:
             old = self.store().get(key, digest)
