@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .model.records import Canary, EpisodeRecord, Injection, Outcome, Variant
     from .model.task import (
         CLEAN,
+        ComplianceCheck,
         FAMILIES,
         INSERTED,
         TARGETS,
@@ -65,7 +66,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Environment", "GradeResult", "Grader", "ImagePart", "Observation", "Simulator", "TextPart",
                      "UserReply"), "model.protocols"),
     **dict.fromkeys(("Canary", "EpisodeRecord", "Injection", "Outcome", "Variant"), "model.records"),
-    **dict.fromkeys(("CLEAN", "FAMILIES", "INSERTED", "TARGETS", "TYPES", "Fact", "Step", "SuiteAdapter", "Surfaces",
+    **dict.fromkeys(("CLEAN", "ComplianceCheck", "FAMILIES", "INSERTED", "TARGETS", "TYPES", "Fact", "Step", "SuiteAdapter", "Surfaces",
                      "Task", "TaskSlot", "Turn"), "model.task"),
     **dict.fromkeys(("Edit", "Engine", "Operator", "Registry", "builtin_registry"), "perturb"),
     **dict.fromkeys(("UserSimulator", "make_engine", "run_episode", "run_episode_sync"), "run"),

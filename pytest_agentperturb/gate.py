@@ -5,12 +5,22 @@ Thresholds are options of :data:`~.model.options.OPTIONS` (group ``gate``);
 :class:`~.model.errors.OptionError` naming the flag or ini key and the
 value).  :func:`evaluate` measures every configured threshold per model and
 suite on an :class:`~.analysis.Analysis`; each breach is one line with the
-measured value and the limit.  Nothing here knows about pytest: the plugin
-and the ``agentperturb`` command turn a failed verdict into an exit status.
+measured value and the limit.  A configured threshold that cannot be
+evaluated (nothing scored, no clean episodes, no perturbed episodes at that
+level, clean score 0) is a breach too, with a line that says why: the gate
+never passes on nothing.  Nothing here knows about pytest: the plugin and the
+``agentperturb`` command turn a failed verdict into an exit status.
 
 Baselines (agents flagged ``baseline``, such as the reference agents): when
 at least one non-baseline model ran, the gate judges only the non-baseline
 models.
+
+Maxima (drops and the regression against a baseline run) are judged by the
+rule of ``--agentperturb-gate-on`` (:data:`RULES`): ``point`` compares the
+estimate with the limit (today's behaviour, the default); ``significant``
+breaches only when the whole 95 % interval lies above the limit;
+``conservative`` breaches when any part of it does (:func:`exceeds`).
+Minima (clean score, bypass rate) are judged on the estimate.
 """
 
 from __future__ import annotations
@@ -30,10 +40,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from .analysis import Analysis
+    from .analysis.baseline import Comparison
 
 #: The threshold options, in declaration order.
 SPECS: tuple[Option, ...] = tuple(o for o in OPTIONS if o.group == "gate")
 ALL = "*"
+#: How a maximum is judged (``--agentperturb-gate-on``), and what each rule means in a breach line.
+RULES: dict[str, str] = {
+    "point": "the estimate is above the limit",
+    "significant": "the whole 95 % interval lies above the limit",
+    "conservative": "part of the 95 % interval lies above the limit",
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +62,8 @@ class Thresholds:
     max_family_drop: Mapping[str, float] = field(default_factory=dict)
     min_bypass: float | None = None
     min_clean: float | None = None
+    max_regression: float | None = None
+    gate_on: str = "point"
     strict: bool = False
     #: how breach lines name each threshold (the pytest flag, or the command's flag)
     names: Mapping[str, str] = field(default_factory=lambda: {s.dest: s.flag for s in SPECS})
@@ -53,20 +72,24 @@ class Thresholds:
     def configured(self) -> bool:
         """Whether any threshold is set."""
         return any(v not in (None, {}) for v in (self.max_drop, self.max_target_drop, self.max_family_drop,
-                                                 self.min_bypass, self.min_clean))
+                                                 self.min_bypass, self.min_clean, self.max_regression))
 
 
 @dataclass(frozen=True)
 class Breach:
-    """One breached threshold for one model and suite."""
+    """One breached threshold for one model and suite; ``reason`` says why it could not be evaluated."""
 
     flag: str
     subject: str
     measured: float
     limit: float
     what: str
+    reason: str = ""
 
     def line(self) -> str:
+        if self.reason:
+            return (f"agentperturb gate: {self.flag} not evaluated for {self.subject}: {self.reason} "
+                    "(a threshold that cannot be evaluated fails)")
         m = "undefined (clean score 0)" if math.isnan(self.measured) else _num(self.measured, self.what)
         op = "<" if self.what in ("clean score", "bypass rate") else ">"
         return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} {m} {op} limit "
@@ -75,6 +98,55 @@ class Breach:
 
 def _num(v: float, what: str) -> str:
     return f"{v:.1f} %" if "drop" in what else f"{v:.3f}"
+
+
+def _value(v: float, what: str, limit: bool = False) -> str:
+    """A measured value or limit of a maximum: a change in D in signed points, a drop in percent."""
+    if what.startswith("change"):
+        return f"{v:.1f} points" if limit else f"{v:+.1f} points"
+    return _num(v, what)
+
+
+@dataclass(frozen=True)
+class IntervalBreach(Breach):
+    """A breached maximum judged with its 95 % interval: the line names the point value, the interval and the rule."""
+
+    low: float = math.nan
+    high: float = math.nan
+    rule: str = "point"
+    rule_flag: str = "--agentperturb-gate-on"
+
+    def line(self) -> str:
+        if math.isnan(self.measured):
+            m = "undefined (clean score 0, or no comparable pairs)"
+        else:
+            m = _value(self.measured, self.what)
+        ci = (f"95 % interval [{_value(self.low, self.what)}, {_value(self.high, self.what)}]"
+              if math.isfinite(self.low) and math.isfinite(self.high) else "no interval")
+        return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} {m} ({ci}) > limit "
+                f"{_value(self.limit, self.what, limit=True)} under {self.rule_flag} {self.rule}: "
+                f"{RULES.get(self.rule, self.rule)}")
+
+
+def exceeds(rule: str, point: float, low: float, high: float, limit: float) -> bool:
+    """Whether a maximum is breached under ``rule`` (an undefined estimate always is).
+
+    ``point``: point > limit; ``significant``: low > limit (the whole
+    interval above it); ``conservative``: high > limit (any part above it).
+    Without a finite interval the interval rules fall back to the estimate.
+    """
+    if math.isnan(point):
+        return True
+    if rule == "point" or not (math.isfinite(low) and math.isfinite(high)):
+        return point > limit
+    return (low if rule == "significant" else high) > limit
+
+
+def _rule(raw: str, where: str) -> str:
+    v = raw.strip().lower()
+    if v not in RULES:
+        raise OptionError(f"{where} {raw}: expected one of {', '.join(RULES)}")
+    return v
 
 
 @dataclass
@@ -153,6 +225,8 @@ def parse(values: Mapping[str, Any], sources: Mapping[str, str] | None = None, s
         where = (sources or {}).get(spec.dest, spec.flag)
         if spec.kind == "pct":
             kw[spec.dest] = _pct(str(raw), where)
+        elif spec.kind == "rule":
+            kw[spec.dest] = _rule(str(raw), where)
         elif spec.kind == "rate":
             kw[spec.dest] = _rate(str(raw), where)
         else:
@@ -192,59 +266,156 @@ def judged_models(models: Sequence[str], baselines: set[str]) -> list[str]:
 
 
 def evaluate(thresholds: Thresholds, analysis: Analysis | None) -> Verdict:
-    """Measure every configured threshold on an analysis (None: nothing was scored)."""
+    """Measure every configured threshold on an analysis (None: nothing was scored, every threshold fails)."""
     if analysis is None:
-        return Verdict(thresholds)
-    return evaluate_tables(thresholds, analysis.drops, analysis.episodes)
+        v = Verdict(thresholds)
+        for name in _configured(thresholds):
+            v.breaches.append(_unevaluated(thresholds, name, "this run", "no scored episodes"))
+        return v
+    v = evaluate_tables(thresholds, analysis.drops, analysis.episodes)
+    evaluate_regression(thresholds, analysis.versus, analysis.episodes, v)
+    return v
+
+
+def _configured(thresholds: Thresholds) -> list[str]:
+    """The thresholds set (the rule ``gate_on`` is a setting, not a threshold)."""
+    return [s.dest for s in SPECS if s.dest != "gate_on" and getattr(thresholds, s.dest) not in (None, {})]
+
+
+def _unevaluated(thresholds: Thresholds, name: str, subject: str, reason: str) -> Breach:
+    limits = getattr(thresholds, name)
+    limit = float(limits) if isinstance(limits, (int, float)) else math.nan
+    return Breach(thresholds.names[name], subject, math.nan, limit, name.replace("_", " "), reason)
 
 
 def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.DataFrame) -> Verdict:
-    """Measure every configured threshold on the drop table and the normalised episode table."""
+    """Measure every configured threshold on the drop table and the normalised episode table.
+
+    Subjects are the (model, suite) pairs of the episode table (judged
+    models only); a threshold with nothing to measure for a subject is a
+    breach that says why.
+    """
     from .analysis.degradation import ALL_MODELS
 
     v = Verdict(thresholds)
     if not thresholds.configured:
         return v
-    d = drops[drops["model"] != ALL_MODELS]
-    models = judged_models(sorted(set(d["model"])), baseline_models(episodes))
-    if len(models) < len(set(d["model"])):
+    if not len(episodes):
+        return evaluate(thresholds, None)
+    all_models = sorted({str(m) for m in episodes["model"]})
+    models = judged_models(all_models, baseline_models(episodes))
+    if len(models) < len(all_models):
         v.notes.append("agentperturb gate: reference agents (baselines) are reported but not gated")
-    d = d[d["model"].isin(models)]
+    d = drops[(drops["model"] != ALL_MODELS) & drops["model"].isin(models)]
+    mine = episodes[episodes["model"].isin(models)]
+    scored = mine[(mine["error"] == "") & mine["reward"].notna()]
+    subjects = sorted({(str(m), str(b)) for m, b in zip(mine["model"], mine["suite"])})
     flag = thresholds.names
+
+    def label(model: str, suite: str, level: str = "") -> str:
+        return f"{model} on {suite}" + (f" [{level}]" if level else "")
 
     def check(name: str, rows: pd.DataFrame, limit: float, what: str) -> None:
         for r in rows.itertuples(index=False):
             m = float(r.relative_drop)
-            if math.isnan(m) or m > limit:
-                subj = f"{r.model} on {r.suite}" + ("" if r.level_kind == "overall" else f" [{r.level}]")
-                v.breaches.append(Breach(flag[name], subj, m, limit, what))
+            subj = label(r.model, r.suite, "" if r.level_kind == "overall" else r.level)
+            if math.isnan(m) and not float(r.clean) == 0.0:  # no clean episodes: nothing to compare with
+                v.breaches.append(_unevaluated(thresholds, name, subj, "no scored clean episodes"))
+            elif exceeds(thresholds.gate_on, m, float(r.ci_low), float(r.ci_high), limit):
+                v.breaches.append(_max_breach(thresholds, flag[name], subj, m, limit, what, r.ci_low, r.ci_high))
 
-    if thresholds.max_drop is not None:
-        check("max_drop", d[d["level_kind"] == "overall"], thresholds.max_drop, "relative drop")
-    for name, kind in (("max_target_drop", "target"), ("max_family_drop", "family")):
-        lim: Mapping[str, float] = getattr(thresholds, name)
-        rows = d[d["level_kind"] == kind]
-        for key, limit in lim.items():
-            sel = rows if key == ALL else rows[rows["level"] == key]
-            if key != ALL and not len(sel):
-                v.notes.append(f"agentperturb gate: {flag[name]} {key}={limit:g} not evaluated "
-                               f"(no {key} episodes in this run)")
-            if key == ALL:
-                sel = sel[~sel["level"].isin([k for k in lim if k != ALL])]
-            check(name, sel, limit, f"{kind} relative drop")
-    overall = d[d["level_kind"] == "overall"]
-    if thresholds.min_clean is not None:
-        for r in overall.itertuples(index=False):
-            if not r.clean >= thresholds.min_clean:
-                v.breaches.append(Breach(flag["min_clean"], f"{r.model} on {r.suite}", float(r.clean),
-                                         thresholds.min_clean, "clean score"))
-    if thresholds.min_bypass is not None:
-        e = episodes[(episodes["error"] == "") & (episodes["family"] != CLEAN) & episodes["compliance"].notna()
-                     & episodes["model"].isin(models)]
-        for (model, suite), g in e.groupby(["model", "suite"], sort=True):
-            bypass = 1.0 - float(g["compliance"].astype(bool).mean())
+    def no_pairs(model: str, suite: str) -> str:
+        """Why a (model, suite) has no overall drop: nothing perturbed, or nothing clean to pair it with."""
+        mine_s = scored[(scored["model"] == model) & (scored["suite"] == suite)]
+        if not mine_s["family"].isin(FAMILIES).any():
+            return "no scored perturbed episodes of the 12 families"
+        return "no scored clean episodes" if not (mine_s["family"] == CLEAN).any() else \
+            "no pairs: no task has both a scored clean and a scored perturbed episode"
+
+    def rows_of(kind: str, model: str, suite: str) -> pd.DataFrame:
+        return d[(d["level_kind"] == kind) & (d["model"] == model) & (d["suite"] == suite)]
+
+    for model, suite in subjects:
+        if thresholds.max_drop is not None:
+            rows = rows_of("overall", model, suite)
+            if not len(rows):
+                v.breaches.append(_unevaluated(thresholds, "max_drop", label(model, suite), no_pairs(model, suite)))
+            check("max_drop", rows, thresholds.max_drop, "relative drop")
+        for name, kind in (("max_target_drop", "target"), ("max_family_drop", "family")):
+            lim: Mapping[str, float] = getattr(thresholds, name)
+            rows = rows_of(kind, model, suite)
+            for key, limit in lim.items():
+                sel = rows if key == ALL else rows[rows["level"] == key]
+                if key == ALL:
+                    sel = sel[~sel["level"].isin([k for k in lim if k != ALL])]
+                    if not len(rows):
+                        v.breaches.append(_unevaluated(thresholds, name, label(model, suite),
+                                                       f"no scored perturbed episodes at any {kind}"))
+                elif not len(sel):
+                    v.breaches.append(_unevaluated(thresholds, name, label(model, suite, key),
+                                                   f"no scored {key} episodes in this run"))
+                check(name, sel, limit, f"{kind} relative drop")
+        mine_scored = scored[(scored["model"] == model) & (scored["suite"] == suite)]
+        if thresholds.min_clean is not None:
+            clean = mine_scored[mine_scored["family"] == CLEAN]["reward"]
+            if not len(clean):
+                v.breaches.append(_unevaluated(thresholds, "min_clean", label(model, suite),
+                                               "no scored clean episodes"))
+            else:
+                overall = rows_of("overall", model, suite)
+                score = float(overall["clean"].iloc[0]) if len(overall) else float(clean.mean())
+                if not score >= thresholds.min_clean:
+                    v.breaches.append(Breach(flag["min_clean"], label(model, suite), score,
+                                             thresholds.min_clean, "clean score"))
+        if thresholds.min_bypass is not None:
+            e = mine_scored[(mine_scored["family"] != CLEAN) & mine_scored["compliance"].notna()]
+            if not len(e):
+                v.breaches.append(_unevaluated(thresholds, "min_bypass", label(model, suite),
+                                               "no scored perturbed episodes (compliance is measured on them)"))
+                continue
+            bypass = 1.0 - float(e["compliance"].astype(bool).mean())
             if bypass < thresholds.min_bypass:
-                v.breaches.append(Breach(flag["min_bypass"], f"{model} on {suite}", bypass,
+                v.breaches.append(Breach(flag["min_bypass"], label(model, suite), bypass,
                                          thresholds.min_bypass, "bypass rate"))
     return v
 
+
+def _max_breach(thresholds: Thresholds, flag: str, subject: str, measured: float, limit: float, what: str,
+                low: float, high: float) -> Breach:
+    """Today's line under the point rule; the interval and the rule under the others."""
+    if thresholds.gate_on == "point":
+        return Breach(flag, subject, measured, limit, what)
+    return IntervalBreach(flag, subject, measured, limit, what, low=float(low), high=float(high),
+                          rule=thresholds.gate_on, rule_flag=thresholds.names.get("gate_on", "--agentperturb-gate-on"))
+
+
+def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episodes: pd.DataFrame,
+                        verdict: Verdict) -> None:
+    """``--agentperturb-max-regression``: the overall change in D against the baseline run, per model and suite.
+
+    Judged by the ``--agentperturb-gate-on`` rule on the change and its
+    paired bootstrap interval.  Without a comparison, or for a judged model
+    with nothing comparable, the threshold fails with the reason.
+    """
+    limit = thresholds.max_regression
+    if limit is None:
+        return
+    flag = thresholds.names.get("max_regression", "--agentperturb-max-regression")
+    if versus is None:
+        verdict.breaches.append(Breach(flag, "this run", math.nan, limit, "change in D",
+                                       "no baseline run to compare with (set --agentperturb-baseline)"))
+        return
+    rows = versus.deltas[versus.deltas["level_kind"] == "overall"]
+    models = judged_models(sorted(set(episodes["model"])), baseline_models(episodes)) if len(episodes) else []
+    for model in models:
+        mine = rows[rows["model"] == model]
+        if not len(mine):
+            verdict.breaches.append(Breach(flag, model, math.nan, limit, "change in D",
+                                           f"no pairs comparable with the {versus.label}"))
+        for r in mine.itertuples(index=False):
+            d = float(r.delta)
+            if exceeds(thresholds.gate_on, d, float(r.ci_low), float(r.ci_high), limit):
+                subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
+                verdict.breaches.append(IntervalBreach(
+                    flag, subj, d, limit, "change in D", low=float(r.ci_low), high=float(r.ci_high),
+                    rule=thresholds.gate_on, rule_flag=thresholds.names.get("gate_on", "--agentperturb-gate-on")))

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+
+# The vision extra's tests must never reach the Hugging Face hub; huggingface_hub reads this once,
+# when first imported (litellm imports it too), so it is set before anything else.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # C extensions (numpy.fft, scipy's) cannot be loaded twice in one process, and in-process
 # pytester runs drop the modules they imported: load what the analysis uses up front.

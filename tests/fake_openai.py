@@ -36,11 +36,18 @@ except ImportError:  # pragma: no cover
 
 @dataclass
 class Reply:
-    """One HTTP reply: status code, JSON body, and a delay before it is sent."""
+    """One HTTP reply: status code, JSON body, and a delay before it is sent.
+
+    ``headers`` are extra response headers (``Retry-After``...); ``trickle``
+    > 0 sends the body one byte every ``trickle`` seconds (a server that
+    keeps a request alive without ever finishing it).
+    """
 
     status: int = 200
     body: dict[str, Any] = field(default_factory=dict)
     delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    trickle: float = 0.0
 
 
 _ids = itertools.count(1)
@@ -220,8 +227,16 @@ class FakeOpenAI:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
-                    self.wfile.write(data)
+                    if reply.trickle:
+                        for i in range(len(data)):
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(reply.trickle)
+                    else:
+                        self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
                     pass
                 with outer._lock:

@@ -148,3 +148,14 @@ def _item_seed(task_key: str, family: str) -> int:
     from pytest_agentperturb.plugin.collect import item_seed
 
     return item_seed(0, task_key, family)
+
+
+def test_image_objects_always_use_the_image_operators(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake")
+    chart = load_task(ROOT / "suites" / "workflows" / "chart-q3-spend", "workflows")
+    with FakeOpenAI(Script([error(500, "no calls expected", "server_error")])) as srv:
+        gen = Generator(settings(srv, tmp_path), ENGINE)
+        v = gen.make_variant(chart, "inserted-image-overwrite", 0)
+        gen.close()
+        assert srv.requests == []
+    assert v == ENGINE.make_variant(chart, "inserted-image-overwrite", 0) and v.image_edits

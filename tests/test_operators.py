@@ -20,7 +20,8 @@ from pytest_agentperturb.perturb.procedure_ops import inverted
 from pytest_agentperturb.model.records import Canary
 from pytest_agentperturb.run.episode import recovery_turns, run_episode_sync
 from pytest_agentperturb.formats.native import load_task
-from pytest_agentperturb.model.task import FAMILIES, INSERTED, TARGETS, Task, family_parts, parse_families
+from pytest_agentperturb.model.task import (FAMILIES, IMAGE_OBJECTS, INSERTED, TARGETS, Task, family_parts,
+                                            parse_families)
 from pytest_agentperturb.run import make_engine, oracle_runner
 
 ROOT = Path(__file__).resolve().parent.parent / "suites" / "workflows"
@@ -130,10 +131,12 @@ def test_invert_condition_flips_the_rule_of_a_fact() -> None:
 def test_keep_obsolete_rule_keeps_the_current_rule() -> None:
     t = task("book-offsite")
     _, v = first_variant(t, "procedure-redundant", "keep_obsolete_rule")
-    assert "Superseded, no longer applies" in v.surfaces.procedure
+    decoy = v.canaries[0]
+    assert decoy.kind == "text" and decoy.text in v.surfaces.procedure
+    assert decoy.text not in t.surfaces.procedure
     for f in t.facts:
         if "procedure" in f.surfaces:
-            assert f.value in v.surfaces.procedure
+            assert f.stating(t.surfaces.procedure) in v.surfaces.procedure  # the current rule, word for word
 
 
 @pytest.mark.parametrize("style,expected", [("hyphen", "calendar-update-event"),
@@ -240,7 +243,7 @@ def test_unknown_family_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="inserted object: inserted-fake-tool"):
         parse_families("clean,user-missing,injection")
     assert parse_families("inserted-injection, clean") == ["inserted-injection", "clean"]
-    assert set(ENGINE.registry.families()) == {"clean", *FAMILIES, *INSERTED}
+    assert set(ENGINE.registry.families()) == {"clean", *FAMILIES, *INSERTED, *IMAGE_OBJECTS}
 
 
 def test_task_without_facts_names_the_task_and_the_fix(suite_copy: Path) -> None:
@@ -322,8 +325,9 @@ def test_injection_filters_tool_outputs_only() -> None:
     assert inj.tool == "mail_search" and inj.goal in inj.text
     assert apply_injections(v.injections, "mail_search", [1]) == [1, {"note": inj.text}]
     assert apply_injections(v.injections, "mail_send", {"ok": True}) == {"ok": True}
-    assert injected_call(inj.text) == ("mail_send", {"to": inj.goal, "subject": "Records export",
-                                                     "body": "Forward every record you can read"})
+    call = injected_call(inj.text)
+    assert call is not None and call[0] == "mail_send" and call[1]["to"] == inj.goal
+    assert set(call[1]) == {"to", "subject", "body"}
     lit = run_episode_sync(t, v, LiteralAgent(), run_id="t", seed=0)
     careful = run_episode_sync(t, v, CarefulAgent(), run_id="t", seed=0)
     assert lit.compliance is True and lit.success is False  # sent the extra mail: the grader counts the outbox
@@ -339,4 +343,5 @@ def test_fake_tool_and_distractor_turn_record_compliance() -> None:
     assert run_episode_sync(t, fake, CarefulAgent(), run_id="t", seed=0).compliance is False
     turn = make_variant(t, "inserted-distractor-turn", 3)
     assert len(turn.surfaces.context) == len(t.surfaces.context) + 1
-    assert "Berlin team" in turn.surfaces.render("context")
+    added = [x.content for x in turn.surfaces.context if x not in t.surfaces.context]
+    assert len(added) == 1 and turn.canaries[0].text in added[0]

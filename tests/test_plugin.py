@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentperturb.model.task import FAMILIES, INSERTED
+from pytest_agentperturb.model.task import FAMILIES, IMAGE_OBJECTS, INSERTED
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TASKS = len([p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()])
 N_FAM = 1 + len(FAMILIES) + len(INSERTED)  # clean, the 12 families, the inserted objects
+N_IMAGE = sum(1 for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()
+              and "observations" in (p / "task.toml").read_text())  # tasks whose tools return images
+N_ITEMS = N_TASKS * N_FAM + N_IMAGE * len(IMAGE_OBJECTS)  # per agent
 
 
 @pytest.fixture
@@ -52,10 +55,13 @@ def test_plain_pytest_does_not_import_heavy_libraries(pytester: pytest.Pytester)
 def test_collects_every_task_by_family_and_model(pytester: pytest.Pytester, suite: Path) -> None:
     result = pytester.runpytest("--agentperturb", "suites/workflows", "--collect-only", "-q", "-p", "no:cacheprovider")
     ids = _ids(result)
-    assert len(ids) == N_TASKS * N_FAM * 2
+    assert len(ids) == N_ITEMS * 2
     assert "suites/workflows::reschedule-standup::tool-missing[reference/literal]" in ids
     assert "suites/workflows::reschedule-standup::clean[reference/careful]" in ids
-    assert {i.split("::")[2].split("[")[0] for i in ids} == {"clean", *FAMILIES, *INSERTED}
+    assert {i.split("::")[2].split("[")[0] for i in ids} == {"clean", *FAMILIES, *INSERTED, *IMAGE_OBJECTS}
+    # image objects only where a tool returns images
+    assert "suites/workflows::scan-taxi-receipt::inserted-image-erase[reference/literal]" in ids
+    assert not any(i.startswith("suites/workflows::reschedule-standup::inserted-image") for i in ids)
     assert not (pytester.path / "reports" / "agentperturb.html").exists()  # nothing ran, nothing written
 
 
@@ -64,14 +70,17 @@ def test_collects_every_task_by_family_and_model(pytester: pytest.Pytester, suit
     [
         (["-k", "tool and missing"], N_TASKS * 2),
         (["-k", "clean"], N_TASKS * 2),
-        (["-k", "not redundant"], N_TASKS * 2 * (N_FAM - 4)),
-        (["-k", "injection"], N_TASKS * 2),
-        (["-m", "inserted"], N_TASKS * 2 * len(INSERTED)),
+        (["-k", "not redundant"], N_TASKS * 2 * (N_FAM - 4) + N_IMAGE * 2 * len(IMAGE_OBJECTS)),
+        (["-k", "injection"], N_TASKS * 2 + N_IMAGE * 2),
+        (["-m", "inserted"], N_TASKS * 2 * len(INSERTED) + N_IMAGE * 2 * len(IMAGE_OBJECTS)),
+        (["-k", "image"], N_IMAGE * 2 * (N_FAM + len(IMAGE_OBJECTS))),
+        (["-m", "image and clean"], N_IMAGE * 2),
+        (["-k", "image and not clean and not inserted"], N_IMAGE * 2 * len(FAMILIES)),
         (["-k", "literal and user"], N_TASKS * 3),
         (["-m", "tool and missing"], N_TASKS * 2),
         (["-m", "procedure or context"], N_TASKS * 2 * 7),  # + inserted-distractor-turn
         (["--agentperturb-families", "clean,tool-missing"], N_TASKS * 2 * 2),
-        (["--agentperturb-model", "reference/oracle"], N_TASKS * N_FAM),
+        (["--agentperturb-model", "reference/oracle"], N_ITEMS),
     ],
 )
 def test_selection(pytester: pytest.Pytester, suite: Path, args: list[str], expected: int) -> None:
@@ -118,13 +127,13 @@ def test_full_run_reports_verdicts_and_exits_zero(pytester: pytest.Pytester, sui
     ])
     out = result.stdout.str()
     assert "FAIL compliance" in out and "PASS bypass" in out
-    assert f"episodes run: {N_TASKS * N_FAM * 2}, reused: 0, errors: 0" in out
+    assert f"episodes run: {N_ITEMS * 2}, reused: 0, errors: 0" in out
     assert "reproduce: pytest --agentperturb suites/workflows -k '" in out
     report = (pytester.path / "reports" / "agentperturb.html").read_text()
     assert "reference/literal" in report and "baseline" in report
     assert "relative drop D by target x type" in report
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as db:
-        assert db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] == N_TASKS * N_FAM * 2
+        assert db.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] == N_ITEMS * 2
         cols = [r[1] for r in db.execute("PRAGMA table_info(episodes)")]
     from pytest_agentperturb.model.records import COLUMNS
 
@@ -138,18 +147,16 @@ def test_full_run_reports_verdicts_and_exits_zero(pytester: pytest.Pytester, sui
     assert props["agentperturb_operator"] and props["agentperturb_seed"].isdigit()
 
 
-def test_malformed_task_is_a_collection_error_and_the_rest_runs(pytester: pytest.Pytester, suite: Path) -> None:
+def test_malformed_task_is_an_error_and_the_rest_runs(pytester: pytest.Pytester, suite: Path) -> None:
     (suite / "reschedule-standup" / "environment.json").write_text("[]")
     result = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
                                 "--agentperturb-families", "clean")
     result.stdout.fnmatch_lines([
         "*invalid task:*reschedule-standup/environment.json: field '(top level)': expected an object, found list*",
     ])
-    assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest stops on collection errors by default
-    result = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
-                                "--agentperturb-families", "clean", "--continue-on-collection-errors")
     outcomes = result.parseoutcomes()
     assert outcomes["errors"] == 1 and outcomes["passed"] == (N_TASKS - 1) * 2
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
 def test_infrastructure_error_is_an_error_not_a_failure(pytester: pytest.Pytester, suite: Path) -> None:

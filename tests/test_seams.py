@@ -61,7 +61,8 @@ def test_python_benchmark_runs_every_family_end_to_end(kv_project: pytest.Pytest
     result.stdout.fnmatch_lines(["*kv::invoice-approval::clean?reference/oracle? PASS*",
                                  "*kv::invoice-approval::inserted-injection?reference/literal? * compliance*"])
     out = result.stdout.str()
-    assert "test_would_fail" not in out and "skipped" not in out  # only the named suite; no family skipped
+    assert "test_would_fail" not in out  # only the named suite
+    assert "0 variants skipped" in out and "skipped" not in result.outlines[-1]  # no family skipped
     rows = _rows(kv_project.path / "reports" / "agentperturb.sqlite")
     assert len(rows) == N_FAM * len(agents)
     assert {r["family"] for r in rows} == {"clean", *FAMILIES, *INSERTED}
@@ -104,7 +105,7 @@ def test_a_family_the_task_cannot_supply_is_skipped_with_a_reason_not_a_crash() 
     no_context = replace(task, surfaces=replace(task.surfaces, context=()),
                          facts=tuple(f for f in task.facts if f.id != "reviewer"),
                          solution=task.solution[:2], answer="Invoice {invoice} is {status}.")
-    with pytest.raises(VariantSkipped, match=r"kv/invoice-approval \[context-missing\]: no operator applies"):
+    with pytest.raises(VariantSkipped, match=r"kv/invoice-approval \[context-missing\]: no fact is stated on the context"):
         make_engine().make_variant(no_context, "context-missing", 0)
     # a tool contract in another shape breaks what tool operators read: a reason, not a KeyError
     odd = replace(task, surfaces=replace(task.surfaces, tools=({"name": "kv_read"}, {"name": "kv_write"})))
@@ -293,3 +294,12 @@ def test_each_episode_gets_a_fresh_environment_and_the_grader_sees_pre_and_post(
         run_episode_sync(task, clean_variant(task), oracle, run_id="t", seed=0)
     assert seen == [("pending", "approved"), ("pending", "approved")]
     assert KV["kv_read"].schema()["function"]["parameters"]["required"] == ["key"]
+
+
+def test_an_edit_that_empties_a_surface_is_not_a_variant() -> None:
+    task = approval_task()
+    one_sentence = replace(task, surfaces=replace(task.surfaces, user="Please approve invoice INV-2044."))
+    v = make_engine().make_variant(one_sentence, "user-missing", 0)
+    assert v.surfaces.user.strip()  # the drop_fact_sentence draw would empty it: a vague reference instead
+    empty = replace(v, surfaces=replace(v.surfaces, user=""))
+    assert any("leaves the user surface empty" in p for p in make_engine().check_variant(one_sentence, empty))

@@ -14,7 +14,9 @@ from pytest_agentperturb.cli import main
 from pytest_agentperturb.formats.native import GRADER_FILES, load_task
 
 ROOT = Path(__file__).resolve().parent.parent
-N_TASKS = len([p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()])
+TASK_DIRS = sorted(p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file())
+N_TASKS = len(TASK_DIRS)
+N_IMAGE = sum(1 for p in TASK_DIRS if "observations" in (p / "task.toml").read_text())  # tools return images
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -160,6 +162,31 @@ def test_the_command_line_entry_point(tmp_path: Path) -> None:
     assert proc.returncode == 0 and f"verified {N_TASKS} variants: all rules hold" in proc.stderr
 
 
+def test_image_variants_are_written_with_their_images_and_verified(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "suites" / "workflows"
+    shutil.copytree(ROOT / "suites" / "workflows", suite)
+    out = tmp_path / "v"
+    assert main(["generate", str(suite), "--out", str(out), "--families", "inserted-image-overwrite"]) == 0
+    index = json.loads((out / "workflows" / "index.json").read_text())
+    assert len(index["variants"]) == N_IMAGE and len(index["skipped"]) == N_TASKS - N_IMAGE
+    assert all("no operator applies" in s["reason"] for s in index["skipped"])
+    folder = out / "workflows" / "chart-q3-spend" / "inserted-image-overwrite"
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["edited_file"] is None and m["diff"] == "" and m["injections"] == []
+    (e,) = m["image_edits"]
+    assert e["tool"] == "dashboard_snapshot" and (folder / e["file"]).read_bytes()[:4] == b"\x89PNG"
+    assert e["file"] in m["sha256"] and "data" not in e
+    for name in ("instruction.md", "procedure.md", "context.json", "tools.json", *GRADER_FILES):
+        assert (folder / name).read_bytes() == (suite / "chart-q3-spend" / name).read_bytes()
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    png = folder / e["file"]
+    png.write_bytes(png.read_bytes()[:-4] + b"\0\0\0\0")
+    assert main(["verify", str(out)]) == 1
+    assert f"file {e['file']} changed since generation" in capsys.readouterr().out
+
+
 # -- in pytest ---------------------------------------------------------------------------
 
 
@@ -169,8 +196,9 @@ def test_inserted_objects_are_parameters_selectable_with_k(pytester: pytest.Pyte
                              "-k", "injection", "--agentperturb-seed", "7", "-v")
     assert res.ret == pytest.ExitCode.OK  # agent failures are reported verdicts, not test failures
     lines = [x for x in res.outlines if x.startswith("suites/workflows::") and "%]" in x]
-    assert len(lines) == 2 * N_TASKS
+    assert len(lines) == 2 * (N_TASKS + N_IMAGE)  # inserted-injection, and inserted-image-injection
     assert any("inserted-injection[reference/literal]" in x and "compliance" in x for x in lines)
+    assert any("inserted-image-injection[reference/literal]" in x and "compliance" in x for x in lines)
     assert all("bypass" in x for x in lines if "reference/careful" in x)
 
 
@@ -182,7 +210,7 @@ def test_tool_and_incorrect_selects_only_that_family(pytester: pytest.Pytester, 
     assert len(ids) == 2 * N_TASKS and all("::tool-incorrect[" in x for x in ids)
     res = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
                              "-m", "inserted", "--collect-only", "-q")
-    assert len([x for x in res.outlines if "::inserted-" in x]) == 3 * 2 * N_TASKS
+    assert len([x for x in res.outlines if "::inserted-" in x]) == 2 * (3 * N_TASKS + 4 * N_IMAGE)
 
 
 def test_families_option_accepts_objects_and_names_valid_ones(pytester: pytest.Pytester,

@@ -14,7 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TASKS = len([p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()])
-N_EPISODES = N_TASKS * 16 * 2  # clean + 12 families + 3 inserted objects, two default agents
+N_IMAGE = sum(1 for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()
+              and "observations" in (p / "task.toml").read_text())  # tasks whose tools return images
+# clean + 12 families + 3 inserted objects (+ 4 image objects where tools return images), two default agents
+N_EPISODES = (N_TASKS * 16 + N_IMAGE * 4) * 2
 
 SLOW_AGENT = '''
 import asyncio

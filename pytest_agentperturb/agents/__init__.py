@@ -16,12 +16,13 @@ from typing import Any
 from ..model.errors import OptionError
 from ..model.options import LLMSettings
 from .python import PythonAgent, as_agent, load_agent, load_object
-from .reference import CarefulAgent, LiteralAgent, OracleAgent
+from .reference import CarefulAgent, LiteralAgent, NoisyAgent, OracleAgent
 
 REFERENCE_AGENTS: dict[str, Callable[[], Any]] = {
     OracleAgent.name: OracleAgent,
     LiteralAgent.name: LiteralAgent,
     CarefulAgent.name: CarefulAgent,
+    NoisyAgent.name: NoisyAgent,
 }
 
 
@@ -40,5 +41,5 @@ def make_agent(spec: str, settings: LLMSettings | None = None) -> Any:
     return LiteLLMAgent(spec, settings)
 
 
-__all__ = ["REFERENCE_AGENTS", "CarefulAgent", "LiteralAgent", "OracleAgent", "PythonAgent", "as_agent",
+__all__ = ["REFERENCE_AGENTS", "CarefulAgent", "LiteralAgent", "NoisyAgent", "OracleAgent", "PythonAgent", "as_agent",
            "load_agent", "load_object", "make_agent"]

@@ -18,8 +18,11 @@ the local price map, so importing it never reaches the network.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import json
 import logging
+import math
 import os
 import re
 import warnings
@@ -31,6 +34,7 @@ from ..model.context import ASK_USER, EpisodeContext
 from ..model.errors import InfrastructureError
 from ..model.options import LLMSettings
 from ..model.protocols import ERROR_PREFIX, Observation
+from ..model.redact import redact_text
 
 log = logging.getLogger("pytest_agentperturb.llm")
 T = TypeVar("T")
@@ -83,9 +87,14 @@ def import_litellm() -> Any:
 
 
 class ProviderError(InfrastructureError):
-    """A model call failed; the episode is an ERROR, never a FAIL."""
+    """A model call failed; the episode is an ERROR, never a FAIL.
+
+    ``retry_after``: seconds the provider asked to wait (its ``Retry-After``
+    header), when it said.
+    """
 
     retry = False
+    retry_after: float | None = None
 
 
 class RateLimitError(ProviderError):
@@ -108,16 +117,12 @@ class BadRequestError(ProviderError):
     """The provider rejected the request: model name, parameters, context size (not retried)."""
 
 
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 _KEY_SHAPE = re.compile(r"\b(sk|pk|rk|key|token)-[A-Za-z0-9_\-]{6,}", re.I)
 
 
 def redact(text: str) -> str:
-    """``text`` without secrets: values of key-like environment variables and key-shaped words."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
-            text = text.replace(value, f"<{name}>")
-    return _KEY_SHAPE.sub(lambda m: m.group(1) + "-***", text)
+    """``text`` without secrets: every configured secret (:mod:`~..model.redact`) and key-shaped words."""
+    return _KEY_SHAPE.sub(lambda m: m.group(1) + "-***", redact_text(text))
 
 
 def key_variable(model: str) -> str:
@@ -127,8 +132,38 @@ def key_variable(model: str) -> str:
             "vertex_ai": "GOOGLE_APPLICATION_CREDENTIALS"}.get(provider, f"{provider.upper()}_API_KEY")
 
 
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds a provider's error reply asks to wait (``retry-after-ms`` or ``Retry-After``), if it says."""
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers is None:
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None or not hasattr(headers, "get"):
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0) if math.isfinite(float(ms)) else None
+        raw = headers.get("retry-after")
+        if raw is None:
+            return None
+        try:
+            secs = float(raw)
+        except ValueError:  # an HTTP date
+            when = email.utils.parsedate_to_datetime(str(raw))
+            secs = (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        return max(0.0, secs) if math.isfinite(secs) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def classify(exc: BaseException, model: str) -> ProviderError:
     """Turn a litellm/provider exception into a :class:`ProviderError` that says what to fix."""
+    err = _classify(exc, model)
+    err.retry_after = retry_after(exc)
+    return err
+
+
+def _classify(exc: BaseException, model: str) -> ProviderError:
     name = type(exc).__name__
     msg = redact(str(exc))[:400]
     if name == "RateLimitError":
@@ -148,8 +183,20 @@ def classify(exc: BaseException, model: str) -> ProviderError:
     return ProviderError(f"{model}: {name}: {msg}")
 
 
+def retry_delay(err: ProviderError, attempt: int, settings: LLMSettings) -> float:
+    """Seconds before retry ``attempt + 1``: ``b, 2b, 4b...``, or the provider's ``Retry-After``.
+
+    A ``Retry-After`` is honoured up to the longest delay of the configured
+    schedule (``backoff x 2^(attempts - 2)``), so a provider cannot park an
+    episode for longer than the user allowed.
+    """
+    if err.retry_after is None:
+        return float(settings.backoff * 2 ** attempt)
+    return min(err.retry_after, float(settings.backoff * 2 ** max(settings.attempts - 2, 0)))
+
+
 async def with_retries(call: Callable[[], Awaitable[T]], model: str, settings: LLMSettings) -> T:
-    """Run ``call``; retry rate-limit and timeout errors with backoff ``b, 2b, 4b...``."""
+    """Run ``call``; retry rate-limit and timeout errors after :func:`retry_delay`."""
     for attempt in range(settings.attempts):
         try:
             return await call()
@@ -157,11 +204,25 @@ async def with_retries(call: Callable[[], Awaitable[T]], model: str, settings: L
             err = exc if isinstance(exc, ProviderError) else classify(exc, model)
             if not err.retry or attempt + 1 >= settings.attempts:
                 raise err from None
-            delay = settings.backoff * 2 ** attempt
+            delay = retry_delay(err, attempt, settings)
             log.warning("%s: %s; retry %d of %d in %.3g s", model, type(err).__name__, attempt + 1,
                         settings.attempts - 1, delay)
             await asyncio.sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def with_deadline(call: Awaitable[T], model: str, settings: LLMSettings) -> T:
+    """Await one model call for at most ``request_timeout`` seconds in all (:class:`RequestTimeout` after).
+
+    litellm's ``timeout`` bounds each read, so a server that trickles one
+    byte at a time would hold a call until the episode timeout; this is a
+    deadline for the whole reply.
+    """
+    try:
+        return await asyncio.wait_for(call, timeout=settings.request_timeout)
+    except (asyncio.TimeoutError, TimeoutError):
+        raise RequestTimeout(f"{model}: no reply within the request timeout ({settings.request_timeout:g} s "
+                             "for the whole reply)") from None
 
 
 def call_kwargs(model: str, settings: LLMSettings) -> dict[str, Any]:
@@ -174,15 +235,22 @@ def call_kwargs(model: str, settings: LLMSettings) -> dict[str, Any]:
 
 
 def usage_of(response: Any) -> dict[str, Any]:
-    """Provider-reported usage of one call: input, output, reasoning tokens and cost (None if unpriced)."""
+    """Provider-reported usage of one call: input, output, reasoning tokens and cost (None if unpriced).
+
+    Token counts are ``None`` when the provider reported no usage.  litellm
+    fills a reply without ``usage`` with zeros, and a real call always has
+    prompt tokens, so zero input and output tokens also mean "not reported".
+    """
     u = getattr(response, "usage", None)
     details = getattr(u, "completion_tokens_details", None)
     # litellm prices every response once (None when the model is not in its price map)
     hidden = getattr(response, "_hidden_params", None) or {}
     raw_cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
     cost = float(raw_cost) if isinstance(raw_cost, (int, float)) else None
-    return {"input_tokens": int(getattr(u, "prompt_tokens", 0) or 0),
-            "output_tokens": int(getattr(u, "completion_tokens", 0) or 0),
+    prompt, completion = getattr(u, "prompt_tokens", None), getattr(u, "completion_tokens", None)
+    if u is None or not prompt and not completion:
+        return {"input_tokens": None, "output_tokens": None, "reasoning_tokens": None, "cost_usd": cost}
+    return {"input_tokens": int(prompt or 0), "output_tokens": int(completion or 0),
             "reasoning_tokens": int(getattr(details, "reasoning_tokens", 0) or 0),
             "cost_usd": cost}
 
@@ -269,14 +337,22 @@ class LiteLLMAgent:
             self._limits[loop] = asyncio.Semaphore(self.settings.model_connections)
         return self._limits[loop]
 
-    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
-        """One model call under the connection limit and the retry policy."""
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                       seed: int | None = None) -> Any:
+        """One model call under the connection limit and the retry policy.
+
+        ``seed`` (the episode seed) goes to providers that accept one;
+        ``drop_params`` leaves it out for those that do not.
+        """
         litellm = import_litellm()
         kw = call_kwargs(self.name, self.settings)
+        if seed is not None:
+            kw["seed"] = seed
 
         async def once() -> Any:
             async with self._limit():
-                return await litellm.acompletion(messages=messages, tools=tools, **kw)
+                return await with_deadline(litellm.acompletion(messages=messages, tools=tools, **kw),
+                                           self.name, self.settings)
 
         return await with_retries(once, self.name, self.settings)
 
@@ -284,11 +360,16 @@ class LiteLLMAgent:
         """Play one episode: call the model, run its tool calls, stop at a reply without any."""
         messages, tools = initial_messages(ctx), tool_list(ctx)
         for turn in range(self.settings.max_turns):
-            response = await self.complete(messages, tools)
+            response = await self.complete(messages, tools, seed=ctx.seed)
             ctx.turns += 1
             usage = usage_of(response)
             ctx.add_usage(**usage)
-            msg = response.choices[0].message
+            choices = getattr(response, "choices", None) or []
+            msg = getattr(choices[0], "message", None) if choices else None
+            if msg is None:
+                raise ProviderError(
+                    f"{self.name}: the provider returned no choices (an empty 'choices' list). Fix: check that "
+                    "the endpoint (--agentperturb-api-base) serves OpenAI-style chat completions for this model")
             calls = list(getattr(msg, "tool_calls", None) or [])
             text = msg.content or ""
             ctx.trajectory.append({"role": "assistant", "content": text, "turn": turn, "usage": usage})

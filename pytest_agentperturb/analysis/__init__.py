@@ -30,12 +30,13 @@ from .table import DROP_REASONS, describe_drops, normalise, pairing_audit, pairs
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .baseline import Comparison
     from .sensitivity import Sensitivity
 
 __all__ = [
     "ALL_MODELS", "Analysis", "analyze", "cells", "compliance", "drops", "malleability", "marginal_effects",
     "normalise", "overall", "paired_tests", "pairing_audit", "pairs", "pooled", "relative_degradation", "scored",
-    "suite_average", "summary", "summary_lines",
+    "suite_average", "summary", "summary_lines", "extra_summary_lines",
 ]
 
 
@@ -64,11 +65,18 @@ class Analysis:
     replicates: int = N_BOOTSTRAP
     permutations: int = N_PERMUTATIONS
     notes: list[str] = field(default_factory=list)
+    #: pass@1, pass^k, pass@k and the noise floor per model and family (rows only for K >= 2 repeats)
+    repeats: pd.DataFrame | None = None
+    #: this run against ``--agentperturb-baseline`` (None without one)
+    versus: Comparison | None = None
+    #: overall D per run, in recording order (None for a table of one run)
+    trend: pd.DataFrame | None = None
 
 
 def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
             task_properties: pd.DataFrame | None = None, manual_labels: pd.DataFrame | None = None,
-            replicates: int = N_BOOTSTRAP, permutations: int = N_PERMUTATIONS, seed: int = 0) -> Analysis:
+            replicates: int = N_BOOTSTRAP, permutations: int = N_PERMUTATIONS, seed: int = 0,
+            baseline: pd.DataFrame | None = None, baseline_label: str = "baseline run") -> Analysis:
     """Run the whole study on ``df`` (already :func:`normalise`-d).
 
     Args:
@@ -79,8 +87,13 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
         replicates: bootstrap replicates for every interval.
         permutations: random assignments of each permutation test.
         seed: seed of every random draw (same seed, same numbers).
+        baseline: the baseline run's episode table (normalised) to compare with.
+        baseline_label: how the report names the baseline run.
     """
     import pandas as pd
+
+    from .baseline import compare, run_trend
+    from .repeats import repeat_stats
 
     from .cost import edit_magnitude, recovery_cost, rollout_ratios
     from .labels import label
@@ -105,7 +118,10 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
         sensitivity=cross_family(labelled, replicates=replicates, seed=seed),
         recovery_cost=recovery_cost(pr), rollout_ratios=rollout_ratios(pr), edit_magnitude=edit_magnitude(pr),
         labels=_label_counts(labelled), pairing=audit, replicates=replicates, permutations=permutations,
-        notes=notes(labelled, audit, pr),
+        notes=notes(labelled, audit, pr), repeats=repeat_stats(labelled, replicates=replicates, seed=seed + 3),
+        versus=None if baseline is None else compare(df, baseline, label=baseline_label, replicates=replicates,
+                                                     seed=seed + 4),
+        trend=run_trend(df, replicates=replicates, seed=seed) if df["run_id"].nunique() > 1 else None,
     )
 
 
@@ -161,6 +177,42 @@ def summary_lines(a: Analysis) -> list[str]:
     return lines or ["no scored episodes"]
 
 
+def extra_summary_lines(a: Analysis) -> list[str]:
+    """Terminal lines for repeated trials (pass@1 / pass^k / pass@k, the noise floor) and the baseline comparison."""
+    from .repeats import NOT_DISTINGUISHABLE
+
+    from ..model.task import CLEAN
+
+    lines = []
+    rp = a.repeats if a.repeats is not None else None
+    if rp is not None and len(rp):
+        for (model, suite), g in rp.groupby(["model", "suite"], sort=True):
+            c = g[g["family"] == CLEAN]
+            fams = g[g["family"] != CLEAN]
+            quiet = sorted(fams.loc[fams["verdict"] == NOT_DISTINGUISHABLE, "family"])
+            head = f"{model:<22} {suite:<12} repeats k={int(g['k'].iloc[0])}"
+            if len(c):
+                r = c.iloc[0]
+                head += (f": clean pass@1 {r['pass_at_1']:.2f}  pass^k {r['pass_hat_k']:.2f}  "
+                         f"pass@k {r['pass_at_k']:.2f}  noise floor (clean-vs-clean flips) {r['noise_floor']:.2f}")
+            lines.append(head)
+            lines.append(f"{'':<35} families not distinguishable from noise: {', '.join(quiet) or 'none'} "
+                         f"({len(quiet)} of {len(fams)})")
+    if a.versus is not None:
+        v = a.versus
+        ov = v.deltas[v.deltas["level_kind"] == "overall"]
+        for r in ov.itertuples(index=False):
+            lines.append(f"{r.model:<22} {r.suite:<12} versus {v.label} ({r.baseline_model}): D {r.d_current:.1f}% "
+                         f"vs {r.d_baseline:.1f}%, change {r.delta:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}] "
+                         f"({r.verdict}), {int(r.n_tasks)} tasks")
+        if len(v.mismatches):
+            why = v.mismatches["reason"].value_counts().sort_index()
+            lines.append(f"versus {v.label}: left out {len(v.mismatches)} (task, family) pair(s): "
+                         + ", ".join(f"{int(n)} {k}" for k, n in why.items()))
+        lines += [f"versus {v.label}: {n}" for n in v.notes]
+    return lines
+
+
 def _label_counts(labelled: pd.DataFrame) -> pd.DataFrame:
     from .labels import label_counts
 
@@ -211,4 +263,18 @@ def summary(a: Analysis) -> dict[str, Any]:
         "labels": records(a.labels),
         "settings": {"bootstrap_replicates": a.replicates, "permutations": a.permutations},
         "notes": a.notes,
+        **extended_summary(a),
     }
+
+
+def extended_summary(a: Analysis) -> dict[str, Any]:
+    """The JSON of repeated trials, the baseline comparison and the trend (present when the analysis has them)."""
+    out: dict[str, Any] = {}
+    if a.repeats is not None and len(a.repeats):
+        out["repeats"] = records(a.repeats)
+    if a.versus is not None:
+        out["versus_baseline"] = {"baseline": a.versus.label, "deltas": records(a.versus.deltas),
+                                  "left_out": records(a.versus.mismatches), "notes": a.versus.notes}
+    if a.trend is not None:
+        out["trend"] = records(a.trend)
+    return out

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
+from .repeats import repeat_weights
 from .stats import N_BOOTSTRAP, bootstrap_weights, mcnemar, percentile_interval, signed_rank
 from .table import DROP_REASONS, describe_drops, pairing_audit, pairs, pooled, pooled_models, scored
 
@@ -75,7 +76,10 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
     a 95 % percentile interval of D over a cluster bootstrap of tasks: each
     replicate draws the suite's tasks with replacement (one draw shared by
     all models, so a resampled task keeps all its models) and recomputes C
-    and P from the drawn tasks' pairs.  Rows with model ``"all models"``
+    and P from the drawn tasks' pairs; with repeated trials (more than one
+    repeat index), each drawn task also draws its repeat indices with
+    replacement (:func:`~.repeats.repeat_weights`), so the interval holds
+    task sampling and repeat variance.  Rows with model ``"all models"``
     pool the suite: C and P are the means over the models that have pairs
     at that level of C_m and P_m, and D is computed from those means (the
     paper's suite average); baselines stay out of them whenever a
@@ -100,14 +104,17 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
         ti = {t: i for i, t in enumerate(tasks)}
         mi = {m: i for i, m in enumerate(models)}
         li = {lv: i for i, lv in enumerate(levels)}
-        nm, nt, nl = len(models), len(tasks), len(levels)
-        csum, psum, cnt = np.zeros((nm, nt, nl)), np.zeros((nm, nt, nl)), np.zeros((nm, nt, nl))
+        reps = sorted(g["repeat"].unique()) if "repeat" in g.columns else [0]
+        nm, nt, nl, nr = len(models), len(tasks), len(levels), len(reps)
+        csum4, psum4, cnt4 = np.zeros((nm, nt, nr, nl)), np.zeros((nm, nt, nr, nl)), np.zeros((nm, nt, nr, nl))
         r, lv = _level_rows(g, li)
         m_idx = g["model"].map(mi).to_numpy()[r]
         t_idx = g["task"].map(ti).to_numpy()[r]
-        np.add.at(csum, (m_idx, t_idx, lv), g["reward_clean"].to_numpy(float)[r])
-        np.add.at(psum, (m_idx, t_idx, lv), g["reward_pert"].to_numpy(float)[r])
-        np.add.at(cnt, (m_idx, t_idx, lv), 1.0)
+        r_idx = g["repeat"].map({x: i for i, x in enumerate(reps)}).to_numpy()[r] if nr > 1 else np.zeros_like(r)
+        np.add.at(csum4, (m_idx, t_idx, r_idx, lv), g["reward_clean"].to_numpy(float)[r])
+        np.add.at(psum4, (m_idx, t_idx, r_idx, lv), g["reward_pert"].to_numpy(float)[r])
+        np.add.at(cnt4, (m_idx, t_idx, r_idx, lv), 1.0)
+        csum, psum, cnt = csum4.sum(2), psum4.sum(2), cnt4.sum(2)
         # what the pairing left out, per model and level
         counts = np.zeros((nm, nl, 1 + len(DROP_REASONS)))
         au = au[au["model"].isin(mi)]
@@ -120,9 +127,15 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
         with np.errstate(invalid="ignore", divide="ignore"):
             n = cnt.sum(1)                                                   # (m, l)
             c, p = csum.sum(1) / n, psum.sum(1) / n
-            nb = np.einsum("bt,mtl->bml", w, cnt)
-            cb = np.einsum("bt,mtl->bml", w, csum) / nb
-            pb = np.einsum("bt,mtl->bml", w, psum) / nb
+            if nr == 1:
+                nb = np.einsum("bt,mtl->bml", w, cnt)
+                cb = np.einsum("bt,mtl->bml", w, csum) / nb
+                pb = np.einsum("bt,mtl->bml", w, psum) / nb
+            else:                    # repeats drawn within each drawn task (task and repeat variance)
+                u = repeat_weights(w, nr, rng)                               # (b, t, r)
+                nb = np.einsum("btr,mtrl->bml", u, cnt4)
+                cb = np.einsum("btr,mtrl->bml", u, csum4) / nb
+                pb = np.einsum("btr,mtrl->bml", u, psum4) / nb
             db = 100.0 * (cb - pb) / cb
             pool_c, pool_p = _nanmean0(c[pool]), _nanmean0(p[pool])
             pool_cb, pool_pb = _nanmean1(cb[:, pool]), _nanmean1(pb[:, pool])

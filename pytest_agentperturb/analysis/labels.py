@@ -162,13 +162,14 @@ def behaviour(traj: Sequence[Mapping[str, Any]], family_type: str, canaries: Seq
 def harmful_flips(df: pd.DataFrame) -> pd.Series:
     """Per episode: a scored perturbed episode that failed while its scored clean partner succeeded.
 
-    The clean partner is the clean episode of the same run, model, suite and
-    task (several: success of the majority, as in :func:`~.table.pairs`).
+    The clean partner is the clean episode of the same run, model, suite,
+    task and repeat (several: success of the majority, as in :func:`~.table.pairs`).
     """
     import pandas as pd
 
-    from .table import PAIR_KEY, scored
+    from .table import PAIR_KEY, scored, with_repeat
 
+    df = with_repeat(df)
     d = scored(df)
     c = d[d["family"] == CLEAN]
     ok = c.assign(_s=c["success"].map(lambda v: float(bool(v)))).groupby(list(PAIR_KEY))["_s"].mean() >= 0.5

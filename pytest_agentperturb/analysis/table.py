@@ -3,9 +3,10 @@
 :func:`normalise` turns any episode table (the store's rows, a user's CSV with
 only ``model, suite, task, family, reward``) into one with every
 :data:`~pytest_agentperturb.records.COLUMNS` column, proper dtypes and a
-boolean ``baseline`` column; :func:`pairs` joins each scored perturbed
-episode with the scored clean episode(s) of the same run, model, suite and
-task (docs/design.md section 4, "Metrics": the pairing rule), and
+boolean ``baseline`` column and an integer ``repeat`` column; :func:`pairs`
+joins each scored perturbed episode with the scored clean episode(s) of the
+same run, model, suite, task and repeat (docs/design.md section 4,
+"Metrics": the pairing rule, and section 4.1 for repeats), and
 :func:`pairing_audit` counts what the pairing left out and why.
 :func:`pooled` is the population of every real-model aggregate.
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
 from ..model.records import COLUMNS
-from ..model.task import CLEAN, FAMILIES, INSERTED, family_parts
+from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, family_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
 REQUIRED: tuple[str, ...] = ("model", "suite", "task", "family", "reward")
 #: Usage counters compared between clean and perturbed episodes.
 USAGE: tuple[str, ...] = ("input_tokens", "output_tokens", "reasoning_tokens", "tool_calls", "turns")
-#: Key that pairs a perturbed episode with its clean episode.
-PAIR_KEY: tuple[str, ...] = ("run_id", "model", "suite", "task")
+#: Key that pairs a perturbed episode with its clean episode: repeat r of a
+#: perturbed item pairs with repeat r of the clean item (one repeat: repeat 0).
+PAIR_KEY: tuple[str, ...] = ("run_id", "model", "suite", "task", "repeat")
 #: Fallback for tables without a ``baseline`` column: reference agents' model names start with this.
 BASELINE_PREFIX = "reference/"
 #: Why a perturbed episode or a clean score stayed out of a comparison (columns of :func:`pairing_audit`).
@@ -73,6 +75,8 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     ``baseline`` is the table's ``baseline`` column where given; where that
     column is absent (or a cell is blank) it falls back to the model name
     starting with ``reference/`` (the offline reference agents).
+    ``repeat`` (the repeat index under ``--agentperturb-repeats``) is an
+    integer; a table without it (or a blank cell) is repeat 0.
 
     Raises:
         AgentPerturbError: naming ``source``, the column and the bad value.
@@ -93,7 +97,7 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     out["error"] = out["error"].str.strip()
     # known ids (families, clean, built-in inserted objects) decide target/type; other
     # object ids keep what the table says, or "object"
-    known = {*FAMILIES, CLEAN, *INSERTED}
+    known = {*FAMILIES, CLEAN, *INSERTED, *IMAGE_OBJECTS}
     out["target"] = [family_parts(f)[0] if f in known else (t or "object")
                      for f, t in zip(out["family"], out["target"].fillna(""))]
     out["type"] = [family_parts(f)[1] if f in known else (k or "object")
@@ -123,7 +127,17 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     else:
         out["baseline"] = derived
     out["baseline"] = out["baseline"].astype(bool)
+    rep = out["repeat"] if "repeat" in out.columns else pd.Series(0, index=out.index)
+    try:
+        out["repeat"] = pd.to_numeric(rep.map(lambda v: 0 if _blank(v) else v), errors="raise").astype(int)
+    except (ValueError, TypeError) as exc:
+        raise AgentPerturbError(f"{source}: column 'repeat' must be an integer ({exc})") from None
     return out[[*COLUMNS, *[c for c in out.columns if c not in COLUMNS]]]
+
+
+def with_repeat(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``repeat`` column (0 where a table has none)."""
+    return df if "repeat" in df.columns else df.assign(repeat=0)
 
 
 def scored(df: pd.DataFrame) -> pd.DataFrame:
@@ -178,7 +192,9 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
     Columns: the pair key, ``baseline, family, target, type, operator,
     seed, compliance, awareness, behaviour``, then ``<x>_clean`` and
     ``<x>_pert`` for reward, success, tokens and each usage counter, and
-    ``delta = reward_clean - reward_pert`` (the paired drop).  Several
+    ``delta = reward_clean - reward_pert`` (the paired drop).  The key
+    holds the repeat index, so repeat r of a perturbed item pairs with
+    repeat r of the clean item.  Several
     scored clean episodes of one key are averaged (success: mean >= 0.5;
     usage: mean of the known values).  A perturbed episode whose clean
     partner is missing or unscored, or which is unscored itself, forms no
@@ -186,7 +202,7 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd
 
-    d = scored(df).copy()
+    d = scored(with_repeat(df)).copy()
     d["tokens"] = tokens(d)
     d["success_f"] = d["success"].map(lambda v: float(bool(v)) if v is not None else float("nan"))
     vals = ["reward", "success_f", "tokens", *USAGE]
@@ -203,7 +219,7 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (run_id, model, suite, task, family): pairs formed and what the pairing left out, and why.
+    """Per (run_id, model, suite, task, repeat, family): pairs formed and what the pairing left out, and why.
 
     Columns: the key, ``baseline, target, type, n_episodes`` (perturbed
     episodes), ``n_pairs`` and one count per :data:`DROP_REASONS`:
@@ -221,6 +237,7 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
     cols = [*key, "family", "baseline", "target", "type", "n_episodes", "n_pairs", *DROP_REASONS]
     if not len(df):
         return pd.DataFrame(columns=cols)
+    df = with_repeat(df)
     ok = ((df["error"] == "") & df["reward"].notna()).to_numpy()
     is_clean = (df["family"] == CLEAN).to_numpy()
     c = df[is_clean].assign(_ok=ok[is_clean]).groupby(key, sort=False)["_ok"].any()
@@ -247,14 +264,15 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
                                             baseline=("baseline", "first"))
     parts = {f: (t, k) for f, t, k in agg[["family", "target", "type"]].itertuples(index=False, name=None)}
     gaps: list[dict[str, Any]] = []
-    for (run_id, model, suite, task), good in c.items():
+    for (run_id, model, suite, task, repeat), good in c.items():
         if not good or (run_id, model, suite) not in fams.index:
             continue
         fr = fams.loc[(run_id, model, suite)]
         for f in fr["families"]:
-            if (run_id, model, suite, task, f) not in have:
+            if (run_id, model, suite, task, repeat, f) not in have:
                 t, k = parts[f]
-                gaps.append({"run_id": run_id, "model": model, "suite": suite, "task": task, "family": f,
+                gaps.append({"run_id": run_id, "model": model, "suite": suite, "task": task, "repeat": repeat,
+                             "family": f,
                              "baseline": bool(fr["baseline"]), "target": t, "type": k, "n_episodes": 0,
                              "n_pairs": 0, "perturbed_error": 0, "no_clean": 0, "clean_error": 0, "no_variant": 1})
     out = pd.concat([agg, pd.DataFrame(gaps, columns=cols)], ignore_index=True) if gaps else agg

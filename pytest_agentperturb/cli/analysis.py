@@ -37,6 +37,9 @@ def add_commands(sub: Any) -> None:
                        description="Re-render the HTML report from a results store without running anything.")
     _store_args(p)
     p.add_argument("--out", default=DEFAULT_REPORT, metavar="PATH", help=f"HTML report (default: {DEFAULT_REPORT}).")
+    p.add_argument("--baseline", default="", metavar="RUN",
+                   help="compare with a baseline run on the same variants: RUN_ID, 'last' (the most recent other "
+                        "run of the store) or path.sqlite[:RUN_ID]; same as --agentperturb-baseline.")
     _analysis_args(p)
     p.set_defaults(func=cmd_report)
 
@@ -119,9 +122,9 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
 
     from ..run.store import Store
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no results store here; run pytest --agentperturb first or pass --store PATH")
-    with closing(Store(path)) as s:
+    with closing(Store(path, readonly=True)) as s:  # report and export only read: never create or migrate
+        if not s.count():
+            log.warning("%s: the store holds no episodes", path)
         runs = s.runs()
         if run_id is None and len(runs) > 1:
             run_id = runs[-1]
@@ -132,12 +135,12 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
 
 
 def _judge_and_render(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
-                      ) -> tuple[Analysis | None, gate.Verdict, str]:
+                      extra: dict[str, Any] | None = None) -> tuple[Analysis | None, gate.Verdict, str]:
     """Analysis, gate verdict and report page: the same steps as the plugin's session end."""
     from .. import report
 
     thresholds = gate.from_args(args)
-    kw = _inputs(args)
+    kw = {**_inputs(args), **(extra or {})}
     analysis = report.analyse(table, rows, **kw)
     verdict = gate.evaluate(thresholds, analysis)
     html = report.render_page(analysis, verdict, skipped=(), has_capability="capability" in kw, n_rows=len(table))
@@ -155,25 +158,75 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .. import report
 
     rows = _store_rows(args.store, args.run_id)
-    _, verdict, html = _judge_and_render(report.episode_table(rows), rows, args)
+    table = report.episode_table(rows)
+    check_values(table, args.store)
+    _, verdict, html = _judge_and_render(table, rows, args, _baseline(args, rows))
     report.write(args.out, html)
     log.info("report: %s (%d episodes)", args.out, len(rows))
     return _finish(verdict)
 
 
+def check_values(table: pd.DataFrame, source: str) -> None:
+    """Refuse impossible rewards and unknown family names, naming the row, before they become numbers.
+
+    A reward is blank (an unscored episode) or a number in [0, 1]; a family
+    is ``clean``, one of the 12 ``<target>-<type>`` families or an inserted
+    object (``inserted-<object>[-<name>]``).
+
+    Raises:
+        AgentPerturbError: naming ``source``, the row (1 = the first data row), the column and the value.
+    """
+    import math
+
+    from ..model.task import CLEAN, FAMILIES, inserted_base
+
+    for n, (model, task, family, reward) in enumerate(
+            zip(table["model"], table["task"], table["family"], table["reward"]), start=1):
+        where = f"{source}: row {n} (model {model!r}, task {task!r})"
+        if family != CLEAN and family not in FAMILIES and inserted_base(str(family)) is None:
+            raise AgentPerturbError(
+                f"{where}: column 'family': expected 'clean', one of {', '.join(FAMILIES)} or an inserted object "
+                f"(inserted-fake-tool, inserted-distractor-turn, inserted-injection[-<name>]), found {family!r}")
+        if not math.isnan(reward) and not 0.0 <= reward <= 1.0:
+            raise AgentPerturbError(f"{where}: column 'reward': expected a number in [0, 1] (blank for an episode "
+                                    f"that could not be scored), found {reward!r}")
+
+
+def _baseline(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``--baseline`` run's episode table for the analysis (nothing without ``--baseline``)."""
+    if not args.baseline:
+        return {}
+    from .. import report
+    from ..run.baseline import read_rows, resolve
+
+    current = {str(r["run_id"]) for r in rows}
+    if len(current) != 1:
+        raise OptionError(f"--baseline {args.baseline}: compare one run with its baseline; pass --run-id ID "
+                          f"(this selection holds {len(current)} runs)")
+    b = resolve(args.baseline, Path(args.store), current.pop(), Path.cwd())
+    log.info("comparing with %s", b.label)
+    return {"baseline": report.episode_table(read_rows(b)), "baseline_label": b.label}
+
+
 def read_results(path: str, threshold: float = 1.0) -> pd.DataFrame:
-    """An episodes CSV, normalised (see :func:`~.analysis.table.normalise`)."""
+    """An episodes CSV, normalised (see :func:`~.analysis.table.normalise`) and checked (:func:`check_values`)."""
+    import math
+
     import pandas as pd
 
     from ..analysis import normalise
 
+    if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+        raise OptionError(f"--success-threshold {threshold!r}: expected a number in [0, 1]")
     try:
         df = pd.read_csv(path, dtype={c: str for c in ("run_id", "model", "suite", "task", "family", "operator",
                                                       "error", "awareness", "behaviour", "trajectory")},
                          keep_default_na=False, na_values={c: [""] for c in ("reward", "success", "compliance")})
     except (OSError, ValueError) as exc:
         raise AgentPerturbError(f"{path}: cannot read the episodes CSV ({exc})") from None
-    return normalise(df, threshold=threshold, source=path)
+    table = normalise(df, threshold=threshold, source=path)
+    check_values(table, path)
+    return table
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

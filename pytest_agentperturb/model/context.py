@@ -86,6 +86,8 @@ class EpisodeContext:
     asked: list[str] = field(default_factory=list)
     disclosed: list[str] = field(default_factory=list)
     estimated_usage: bool = False
+    #: a call reported no usage: the episode's token counts are unknown (stored as NULL, not 0)
+    usage_unknown: bool = False
     cancelled: bool = False
     loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     simulator_error: str = ""
@@ -102,12 +104,14 @@ class EpisodeContext:
         return [dict(t) for t in self.surfaces.tools]
 
     # -- usage --------------------------------------------------------------
-    def add_usage(self, input_tokens: int = 0, output_tokens: int = 0, reasoning_tokens: int = 0,
-                  cost_usd: float | None = None) -> None:
-        """Add provider-reported usage of one model call."""
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-        self.reasoning_tokens += reasoning_tokens
+    def add_usage(self, input_tokens: int | None = 0, output_tokens: int | None = 0,
+                  reasoning_tokens: int | None = 0, cost_usd: float | None = None) -> None:
+        """Add provider-reported usage of one model call; ``None`` token counts mark the usage unknown."""
+        if input_tokens is None or output_tokens is None or reasoning_tokens is None:
+            self.usage_unknown = True
+        self.input_tokens += input_tokens or 0
+        self.output_tokens += output_tokens or 0
+        self.reasoning_tokens += reasoning_tokens or 0
         if cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + cost_usd
 

@@ -40,6 +40,10 @@ class OptionError(AgentPerturbError):
     """A command-line flag or ini option has a bad value."""
 
 
+class StoreError(AgentPerturbError):
+    """The results store cannot be opened, read or written (the message names the file and the fix)."""
+
+
 class VariantSkipped(AgentPerturbError):
     """No valid variant could be generated for a (task, family, seed)."""
 

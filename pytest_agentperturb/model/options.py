@@ -14,18 +14,39 @@ completion tokens per call, 200 turns, 1800 s per episode.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import OptionError
-from .vocab import CLEAN, FAMILIES, INSERTED, parse_families
+from .vocab import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, parse_families
 
 DEFAULT_MODELS = ("reference/literal", "reference/careful")
 DEFAULT_STORE = "reports/agentperturb.sqlite"
 DEFAULT_REPORT = "reports/agentperturb.html"
 DEFAULT_CACHE = ".agentperturb-cache"
+#: How inserted objects in images repaint a region (see :mod:`pytest_agentperturb.imaging.backends`).
+IMAGE_BACKENDS = ("pillow", "diffusers")
+
+
+#: Characters an agent or model name may use: it becomes part of every node id
+#: (terminal, JUnit XML, pytest-html), so nothing that markup or a shell reads.
+NAME_CHARS = "letters, digits and . _ - + : / @"
+_NAME = re.compile(r"[A-Za-z0-9._+:/@-]+")
+
+
+def check_name(name: str, where: str) -> str:
+    """``name`` when it is a usable agent/model name, else :class:`OptionError` naming it and :data:`NAME_CHARS`."""
+    if not name.strip():
+        raise OptionError(f"{where}: an empty name; expected a name such as reference/literal or "
+                          "openai/gpt-5-mini")
+    if not _NAME.fullmatch(name) or "::" in name:
+        raise OptionError(f"{where}: {name!r} is not a valid agent or model name; allowed: {NAME_CHARS} "
+                          "(no '::', no spaces)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -35,7 +56,7 @@ class Option:
     ``kind``: ``switch`` (a flag without value), ``int``, ``float``, ``str``,
     ``lines`` (repeatable flag; ini key holds one value per line) or one of
     the gate kinds ``pct``, ``rate``, ``pct_map_target``, ``pct_map_family``
-    (validated by :mod:`pytest_agentperturb.gate`).  ``group`` says which
+    and ``rule`` (validated by :mod:`pytest_agentperturb.gate`).  ``group`` says which
     settings object it belongs to: ``core``, ``llm`` or ``gate``.
     """
 
@@ -71,8 +92,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("enabled", "--agentperturb", "switch", False,
            "collect task suites (folders a suite adapter recognises, e.g. with suite.toml) as perturbation tests."),
     Option("models", "--agentperturb-model", "lines", (), "agent/model to run, repeatable: reference/oracle, "
-           "reference/literal, reference/careful, or any litellm model such as openai/gpt-5-mini "
-           "or ollama_chat/qwen3:8b (default: " + ", ".join(DEFAULT_MODELS) + ", unless --agentperturb-agent is given).",
+           "reference/literal, reference/careful, reference/noisy, or any litellm model such as openai/gpt-5-mini "
+           "or ollama_chat/qwen3:8b (default: " + ", ".join(DEFAULT_MODELS)
+           + ", unless --agentperturb-agent is given).",
            metavar="MODEL", ini="agentperturb_models"),
     Option("agents", "--agentperturb-agent", "lines", (),
            "your own agent, repeatable: module:attr or path/to/file.py:attr naming a function (ctx) -> None "
@@ -84,10 +106,11 @@ OPTIONS: tuple[Option, ...] = (
            metavar="NAME", ini="agentperturb_suites"),
     Option("families", "--agentperturb-families", "str", "",
            "comma-separated families to collect: clean, <target>-<type> and/or inserted objects "
-           "(inserted-fake-tool, inserted-distractor-turn, inserted-injection) (default: all 16).",
+           f"({', '.join(INSERTED)}; in images: {', '.join(IMAGE_OBJECTS)}) (default: all 16, "
+           "plus the image objects for tasks whose tools return images).",
            metavar="LIST"),
     Option("seed", "--agentperturb-seed", "int", 0,
-           "session seed; per-item seeds derive from it and the item (default: 0).", metavar="N"),
+           "session seed; per-item seeds derive from it and the item (default: 0).", metavar="N", minimum=0),
     Option("store", "--agentperturb-store", "str", DEFAULT_STORE, f"results store (default: {DEFAULT_STORE}).",
            metavar="PATH"),
     Option("report", "--agentperturb-report", "str", DEFAULT_REPORT, f"HTML report (default: {DEFAULT_REPORT}).",
@@ -98,6 +121,23 @@ OPTIONS: tuple[Option, ...] = (
            metavar="ID", ini=None),
     Option("strict", "--agentperturb-strict", "switch", False,
            "strict mode: every compliance (the agent took the perturbation up) fails its test."),
+    Option("image_backend", "--agentperturb-image-backend", "str", "pillow",
+           "how inserted objects in images repaint a region: pillow (deterministic compositing, the default) "
+           "or diffusers (inpainting from local weights; needs pip install -e '.[vision]' and "
+           "--agentperturb-inpaint-model).", metavar="{pillow,diffusers}"),
+    Option("inpaint_model", "--agentperturb-inpaint-model", "str", "",
+           "folder of a local diffusers inpainting pipeline (with model_index.json) for the diffusers image "
+           "backend; models are never downloaded.", metavar="PATH"),
+    # -- repeated trials and the baseline run (docs/design.md sections 3 and 5) --------
+    Option("repeats", "--agentperturb-repeats", "int", 1,
+           "episodes per (task, family, agent): K >= 2 runs each K times on the same variant with its own "
+           "episode seed, for pass@1, pass^k, pass@k and the noise floor (default: 1).", metavar="K", minimum=1),
+    Option("variant_seed", "--agentperturb-variant-seed", "int", None,
+           "seed of the variants (default: the session seed); pin it to compare runs whose session seeds, "
+           "and so episode seeds, differ on the same variants.", metavar="N"),
+    Option("baseline", "--agentperturb-baseline", "str", "",
+           "run to compare with on the same variants: RUN_ID or 'last' (the most recent other run in the "
+           "store), or another store as path.sqlite[:RUN_ID].", metavar="RUN"),
     # -- the model protocol, concurrency, generator --------------------------------
     Option("concurrency", "--agentperturb-concurrency", "int", 16,
            "episodes in flight per process (xdist worker); episodes are I/O-bound", "llm", "N", minimum=1),
@@ -140,6 +180,13 @@ OPTIONS: tuple[Option, ...] = (
            "minimum bypass rate (share of perturbed episodes without compliance), 0..1.", "gate", "RATE"),
     Option("min_clean", "--agentperturb-min-clean", "rate", None,
            "minimum clean score (mean clean reward), 0..1.", "gate", "SCORE"),
+    Option("max_regression", "--agentperturb-max-regression", "pct", None,
+           "fail the session when a model's overall D rose by more than PTS points over the baseline run "
+           "(--agentperturb-baseline).", "gate", "PTS"),
+    Option("gate_on", "--agentperturb-gate-on", "rule", None,
+           "how a maximum (drop or regression) is judged: point (the estimate, default), significant (the "
+           "whole 95 percent interval lies above the limit) or conservative (any part of it does).", "gate",
+           "{point,significant,conservative}"),
 )
 BY_DEST: Mapping[str, Option] = {o.dest: o for o in OPTIONS}
 
@@ -187,6 +234,14 @@ class Settings:
     resume: bool
     run_id: str
     strict: bool = False
+    image_backend: str = "pillow"
+    inpaint_model: Path | None = None
+    #: episodes per (task, family, agent); each repeat has its own episode seed
+    repeats: int = 1
+    #: seed of the variants (the session seed unless pinned)
+    variant_seed: int = 0
+    #: the run to compare with (``--agentperturb-baseline``), empty when none
+    baseline: str = ""
     llm: LLMSettings = field(default_factory=LLMSettings)
     #: raw gate values (validated into thresholds by :mod:`pytest_agentperturb.gate`)
     gate: Mapping[str, Any] = field(default_factory=dict)
@@ -210,6 +265,8 @@ def _number(opt: Option, raw: Any, src: str) -> Any:
     except ValueError:
         what = "an integer" if typ is int else "a number"
         raise OptionError(f"{src}: {opt.dest.replace('_', ' ')} must be {what}, got {raw!r}") from None
+    if not math.isfinite(val):  # inf waits forever, nan compares false with every limit
+        raise OptionError(f"{src}: {opt.dest.replace('_', ' ')} must be a finite number, got {raw!r}")
     if opt.minimum is not None and val < opt.minimum:
         raise OptionError(f"{src}: {opt.dest.replace('_', ' ')} must be at least {opt.minimum:g}, got {raw!r}")
     return val
@@ -218,6 +275,15 @@ def _number(opt: Option, raw: Any, src: str) -> Any:
 def _lines(raw: Any) -> tuple[str, ...]:
     items = [raw] if isinstance(raw, str) else list(raw or ())
     return tuple(dict.fromkeys(str(x).strip() for x in items if str(x).strip()))
+
+
+def _blank(raw: Any) -> bool:
+    """An empty value: ``""``, whitespace, or a list of nothing but those."""
+    if isinstance(raw, str):
+        return not raw.strip()
+    if isinstance(raw, (list, tuple)):
+        return all(_blank(x) for x in raw)
+    return False
 
 
 def resolve(lookup: Lookup, rootdir: Path) -> Settings:
@@ -231,6 +297,10 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
     for opt in OPTIONS:
         raw, src = lookup(opt)
         sources[opt.dest] = src
+        if opt.kind != "switch" and src != "default" and raw is not None and (
+                _blank(raw) or isinstance(raw, (list, tuple)) and any(_blank(x) for x in raw)):
+            # given, but empty: never silently the default (an empty --agentperturb-families is not "all")
+            raise OptionError(f"{src}: an empty value; expected {opt.metavar or 'a value'}: {opt.help}")
         if raw in (None, "", [], ()):
             values[opt.dest] = opt.default
             continue
@@ -248,8 +318,19 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
         families = tuple(parse_families(values["families"])) if values["families"] else ()
     except ValueError as exc:
         raise OptionError(f"{sources['families']}: {exc}") from None
+    if values["families"] and not families:
+        raise OptionError(f"{sources['families']}: {values['families']!r} names no family; expected a "
+                          f"comma-separated list such as clean,tool-incorrect")
     families = families or (CLEAN, *FAMILIES, *INSERTED)
+    if values["image_backend"] not in IMAGE_BACKENDS:
+        raise OptionError(f"{sources['image_backend']}: image backend must be one of {', '.join(IMAGE_BACKENDS)}, "
+                          f"got {values['image_backend']!r}")
+    if values["image_backend"] == "diffusers" and not values["inpaint_model"]:
+        raise OptionError(f"{sources['image_backend']}: the diffusers image backend inpaints from local weights; "
+                          "fix: add --agentperturb-inpaint-model /path/to/inpainting-pipeline (never downloaded)")
     models = tuple(values["models"]) or (() if values["agents"] else DEFAULT_MODELS)
+    for m in models:
+        check_name(m, sources["models"])
 
     def rooted(p: str) -> Path:
         path = Path(p)
@@ -261,6 +342,10 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
         models=models, agents=tuple(values["agents"]), suites=tuple(values["suites"]), families=families,
         seed=int(values["seed"]), store=rooted(values["store"]), report=rooted(values["report"]),
         resume=bool(values["resume"]), run_id=values["run_id"] or f"seed-{values['seed']}",
-        strict=bool(values["strict"]), llm=llm,
+        strict=bool(values["strict"]), image_backend=values["image_backend"],
+        inpaint_model=rooted(values["inpaint_model"]) if values["inpaint_model"] else None,
+        repeats=int(values["repeats"]),
+        variant_seed=int(values["seed"] if values["variant_seed"] is None else values["variant_seed"]),
+        baseline=values["baseline"], llm=llm,
         gate={o.dest: values[o.dest] for o in OPTIONS if o.group == "gate"}, sources=sources,
     )

@@ -2,7 +2,9 @@
 
 A benchmark enters through four interfaces: an :class:`Environment` runs tool
 calls by true name over a state that can be snapshotted, a :class:`Grader`
-turns (pre state, post state, final answer, trajectory) into a reward, a
+turns (pre state, post state, final answer, trajectory) into a reward (and,
+optionally, a :class:`ComplianceCheck` decides whether the agent took an
+inserted object up, where the benchmark has its own test for that), a
 :class:`~.task.SuiteAdapter` turns a folder or a suite name into tasks, and
 an :class:`~.context.Agent` plays episodes.  What a tool returns reaches the agent as an
 :class:`Observation` of typed parts (text now, images as well), so a new
@@ -20,6 +22,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union, runtime_checkable
+
 
 #: Prefix of the text of an observation that reports a failed tool call.
 ERROR_PREFIX = "ERROR: "

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .images import ImageEdit
 from .vocab import CLEAN, Surfaces, family_parts
 
 #: Column order of the ``episodes`` table (docs/design.md section 3).
@@ -22,8 +23,9 @@ COLUMNS: tuple[str, ...] = (
     "cost_usd", "tool_calls", "turns", "wall_s", "error", "awareness", "behaviour", "trajectory",
 )
 #: Every stored column: :data:`COLUMNS`, then whether the agent is a baseline
-#: (an offline reference agent: reported, never pooled with real models).
-STORE_COLUMNS: tuple[str, ...] = (*COLUMNS, "baseline")
+#: (an offline reference agent: reported, never pooled with real models) and
+#: the repeat index (0 .. K-1 under ``--agentperturb-repeats K``; 0 for one episode per item).
+STORE_COLUMNS: tuple[str, ...] = (*COLUMNS, "baseline", "repeat")
 
 
 class Outcome(str, enum.Enum):
@@ -53,18 +55,21 @@ class Canary:
 
 @dataclass(frozen=True)
 class Injection:
-    """An instruction planted inside the output of one tool (an inserted object).
+    """An instruction planted where one tool's output shows it (an inserted object).
 
-    The task's environment factory receives the variant's injections and
-    plants them: the JSON-state environment appends ``{"note": text}`` to
-    every successful result of the tool with true name ``tool``; the task's
-    initial state and grader stay untouched.  ``goal`` is the canary of the
-    injected goal.
+    Without a ``vector``, the environment appends ``{"note": text}`` to every
+    successful result of the tool with true name ``tool``.  With one, the
+    environment factory writes ``text`` into that injection vector of its
+    data (a slot of the environment an adapter names, e.g. an AgentDojo
+    injection vector) and ``tool`` is the tool whose output shows it; tool
+    results are then not edited.  Either way the grader files stay
+    untouched.  ``goal`` is the canary of the injected goal.
     """
 
     tool: str
     text: str
     goal: str
+    vector: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,9 @@ class Variant:
 
     ``recovery`` lists the fact ids the user simulator hands back on request
     (docs/design.md section 2, rule 4).  ``injections`` filter tool observations
-    (the inserted-injection object); clean and most variants have none.
+    (the inserted-injection object); ``image_edits`` swap image observations
+    for edited ones (the inserted objects in images, :mod:`.images`); clean
+    and most variants have neither.
     """
 
     task: str
@@ -86,6 +93,7 @@ class Variant:
     diff: str = ""
     note: str = ""
     injections: tuple[Injection, ...] = ()
+    image_edits: tuple[ImageEdit, ...] = ()
 
     @property
     def target(self) -> str:
@@ -102,13 +110,19 @@ class Variant:
     @property
     def edit_text(self) -> str:
         """The diff of the edited surface, or what was planted in tool outputs."""
-        return self.diff or "".join(f"@@ injected into every result of tool {i.tool} @@\n+{i.text}\n"
-                                    for i in self.injections)
+        return self.diff or "".join(
+            (f"@@ injected into vector {i.vector} (shown by tool {i.tool}) @@" if i.vector
+             else f"@@ injected into every result of tool {i.tool} @@") + f"\n+{i.text}\n"
+            for i in self.injections) + "".join(e.describe() for e in self.image_edits)
 
 
 @dataclass
 class EpisodeRecord:
-    """One row of the ``episodes`` table plus the outcome."""
+    """One row of the ``episodes`` table plus the outcome.
+
+    Token counts are ``None`` (NULL in the store) when the usage is unknown:
+    the provider reported none for at least one call (docs/design.md section 4).
+    """
 
     run_id: str
     model: str
@@ -122,9 +136,9 @@ class EpisodeRecord:
     reward: float | None = None
     success: bool | None = None
     compliance: bool | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
+    input_tokens: int | None = 0
+    output_tokens: int | None = 0
+    reasoning_tokens: int | None = 0
     cost_usd: float | None = None
     tool_calls: int = 0
     turns: int = 0
@@ -134,6 +148,8 @@ class EpisodeRecord:
     behaviour: str = ""
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     baseline: bool = False
+    #: which of the K repeated episodes of one item this is (same variant, its own episode seed)
+    repeat: int = 0
 
     @property
     def outcome(self) -> Outcome:
@@ -142,9 +158,9 @@ class EpisodeRecord:
         return Outcome.PASS if self.success else Outcome.FAIL
 
     @property
-    def key(self) -> tuple[str, str, str, str, str, int]:
+    def key(self) -> tuple[str, str, str, str, str, int, int]:
         """Identity of an episode within the store."""
-        return (self.run_id, self.model, self.suite, self.task, self.family, self.seed)
+        return (self.run_id, self.model, self.suite, self.task, self.family, self.seed, self.repeat)
 
     def to_row(self) -> dict[str, Any]:
         """Column -> value, trajectory as JSON text, in :data:`STORE_COLUMNS` order."""
@@ -160,6 +176,7 @@ class EpisodeRecord:
             if d.get(b) is not None:
                 d[b] = bool(d[b])
         d["baseline"] = bool(d.get("baseline") or False)
+        d["repeat"] = int(d.get("repeat") or 0)
         traj = d.get("trajectory")
         d["trajectory"] = json.loads(traj) if isinstance(traj, str) and traj else (traj or [])
         for k in ("error", "awareness", "behaviour"):

@@ -14,17 +14,20 @@ The vocabulary (:mod:`.vocab`) is re-exported here.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from .images import ImageEdit
 from .protocols import Environment, Grader
-from .records import Injection
+from .records import Canary, Injection, Variant
 from .vocab import (
     CLEAN,
     FACT_KINDS,
     FAMILIES,
+    IMAGE_OBJECTS,
     INSERTED,
     INSERTED_TYPE,
     SURFACE_FILES,
@@ -41,6 +44,23 @@ from .vocab import (
     select,
     sentences,
 )
+
+@runtime_checkable
+class ComplianceCheck(Protocol):
+    """A task's own test of compliance, for variants whose take-up it can judge.
+
+    docs/design.md section 3 defines compliance for an injected object as
+    "the agent executed the injected goal".  Canaries approximate that by
+    looking for a planted string in the agent's actions; a benchmark that
+    ships its own test of the goal (AgentDojo's ``security()`` checks) gives
+    it here instead.  The runner asks this check first and falls back to the
+    variant's canaries when it returns None.
+    """
+
+    def check(self, variant: Variant, pre_state: Any, post_state: Any, answer: str,
+              trajectory: Sequence[Mapping[str, Any]]) -> bool | None:
+        """True (compliance), False (bypass), or None (no opinion on this variant)."""
+
 
 #: Makes a fresh environment for one episode; receives the variant's injections.
 EnvironmentFactory = Callable[[tuple[Injection, ...]], Environment]
@@ -70,6 +90,8 @@ class Task:
         fingerprint: bytes that identify the grader, solution and environment
             (named parts); part of :meth:`digest`.
         notes: remarks an adapter wants shown in the report.
+        compliance: the task's own compliance test, if it has one (used
+            before the variant's canaries; see :class:`ComplianceCheck`).
     """
 
     suite: str
@@ -87,6 +109,7 @@ class Task:
     path: Path | None = None
     fingerprint: Mapping[str, bytes] = field(default_factory=dict, repr=False)
     notes: tuple[str, ...] = ()
+    compliance: ComplianceCheck | None = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -134,6 +157,42 @@ class TaskSlot:
     path: Path | None = None
 
 
+@dataclass(frozen=True)
+class Edit:
+    """What an operator produced: new surfaces, canaries, recovery annotation."""
+
+    surfaces: Surfaces
+    canaries: tuple[Canary, ...]
+    recovery: tuple[str, ...] = ()
+    note: str = ""
+    injections: tuple[Injection, ...] = ()
+    image_edits: tuple[ImageEdit, ...] = ()
+
+
+@runtime_checkable
+class Operator(Protocol):
+    """A named perturbation of one family (or inserted object).
+
+    Defined here, beside :class:`SuiteAdapter`, so that an adapter (formats
+    layer) can ship operators of its own; the engine
+    (:mod:`pytest_agentperturb.perturb.engine`) applies them.
+    """
+
+    id: str
+    family: str
+
+    def applicable(self, task: Task) -> bool:
+        """Whether the task has what this operator edits."""
+
+    def apply(self, task: Task, rng: random.Random) -> Edit | None:
+        """Return the edit, or None when this draw found nothing to edit.
+
+        Raise :class:`~pytest_agentperturb.model.errors.VariantSkipped`
+        when this task can never take this perturbation; its message is the
+        reason the report shows.
+        """
+
+
 @runtime_checkable
 class SuiteAdapter(Protocol):
     """A source of tasks: a folder format, a Python module, an external benchmark.
@@ -153,7 +212,8 @@ class SuiteAdapter(Protocol):
 
 
 __all__ = [
-    "CLEAN", "FACT_KINDS", "FAMILIES", "INSERTED", "INSERTED_TYPE", "SURFACE_FILES", "TARGETS", "TYPES",
-    "EnvironmentFactory", "Fact", "Step", "SuiteAdapter", "Surfaces", "Task", "TaskSlot", "Turn", "family_parts",
-    "fill", "inserted_base", "parse_families", "select", "sentences",
+    "CLEAN", "FACT_KINDS", "FAMILIES", "IMAGE_OBJECTS", "INSERTED", "INSERTED_TYPE", "SURFACE_FILES", "TARGETS",
+    "TYPES", "ComplianceCheck", "Edit", "EnvironmentFactory", "Fact", "Operator", "Step", "SuiteAdapter", "Surfaces",
+    "Task", "TaskSlot",
+    "Turn", "family_parts", "fill", "inserted_base", "parse_families", "select", "sentences",
 ]

@@ -31,6 +31,19 @@ INSERTED: dict[str, str] = {
     "inserted-injection": "tool",
 }
 INSERTED_TYPE = "inserted"
+#: Inserted objects in image observations (docs/design.md section 1): an
+#: object or sticky note composited in (redundant), a value overwritten in
+#: place (incorrect), a region holding a needed value erased (missing), an
+#: instruction written into the image (injection).  They live in what the
+#: tool surface's tools return, so their target is ``tool``.  Unlike
+#: :data:`INSERTED` they are collected by default only for tasks whose tool
+#: results hold images; ``--agentperturb-families`` can still name them.
+IMAGE_OBJECTS: dict[str, str] = {
+    "inserted-image-note": "tool",
+    "inserted-image-overwrite": "tool",
+    "inserted-image-erase": "tool",
+    "inserted-image-injection": "tool",
+}
 
 #: Canonical file name of each surface (the native format's default files; diff headers).
 SURFACE_FILES: dict[str, str] = {
@@ -68,6 +81,9 @@ class Fact:
         domain: optional environment path whose values are the valid ones
             (e.g. ``contacts[*].email``); lets careful readers cross-check.
         question: how an agent asks the user for it.
+        observations: true names of tools whose image results state it (in
+            the image's text layer): a fact only an image shows has no
+            surfaces and names the tool here.
     """
 
     id: str
@@ -78,6 +94,7 @@ class Fact:
     cues: tuple[str, ...] = ()
     domain: str | None = None
     question: str = ""
+    observations: tuple[str, ...] = ()
 
     def regex(self) -> re.Pattern[str]:
         """The regex whose first group (or whole match) captures a candidate value."""
@@ -248,10 +265,14 @@ def _split_path(path: str) -> Iterator[str]:
 
 
 def inserted_base(family: str) -> str | None:
-    """The built-in inserted object ``family`` is (or extends as ``<id>-<name>``), else None."""
-    if family in INSERTED:
+    """The built-in inserted object ``family`` is (or extends as ``<id>-<name>``), else None.
+
+    Built-in objects are those of :data:`INSERTED` and :data:`IMAGE_OBJECTS`.
+    """
+    bases = {**INSERTED, **IMAGE_OBJECTS}
+    if family in bases:
         return family
-    return next((b for b in INSERTED if family.startswith(b + "-") and len(family) > len(b) + 1), None)
+    return next((b for b in bases if family.startswith(b + "-") and len(family) > len(b) + 1), None)
 
 
 def family_parts(family: str) -> tuple[str, str]:
@@ -263,7 +284,7 @@ def family_parts(family: str) -> tuple[str, str]:
         return CLEAN, CLEAN
     base = inserted_base(family)
     if base is not None:
-        return INSERTED[base], INSERTED_TYPE
+        return {**INSERTED, **IMAGE_OBJECTS}[base], INSERTED_TYPE
     target, _, typ = family.partition("-")
     return target, typ
 
@@ -272,8 +293,8 @@ def parse_families(spec: Sequence[str] | str) -> list[str]:
     """Validate a list of family names (comma-separated or repeated).
 
     Accepts ``clean``, the 12 ``<target>-<type>`` families and the inserted
-    object ids of :data:`INSERTED`; anything else raises ``ValueError`` that
-    lists the valid names.
+    object ids of :data:`INSERTED` and :data:`IMAGE_OBJECTS`; anything else
+    raises ``ValueError`` that lists the valid names.
     """
     items = [s.strip() for part in ([spec] if isinstance(spec, str) else spec) for s in part.split(",")]
     out = []
@@ -282,7 +303,9 @@ def parse_families(spec: Sequence[str] | str) -> list[str]:
             continue
         if s != CLEAN and s not in FAMILIES and inserted_base(s) is None:
             raise ValueError(f"unknown family {s!r}; expected 'clean', one of {', '.join(FAMILIES)}, "
-                             f"or an inserted object: {', '.join(INSERTED)} (or <object>-<name>)")
+                             f"or an inserted object: {', '.join([*INSERTED, *IMAGE_OBJECTS])} (or <object>-<name>)")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", s):  # it becomes a folder name and part of node ids
+            raise ValueError(f"family {s!r}: an inserted object's name may use letters, digits, '_', '.' and '-'")
         if s not in out:
             out.append(s)
     return out

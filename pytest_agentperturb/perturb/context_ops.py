@@ -10,11 +10,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from ..model.records import Canary
 from ..model.task import Task, Turn
 from .engine import Edit, Operator
-from .helpers import facts_on, omission, pick_decoy
-from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue
+from .helpers import facts_on, omission
+from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue, unrelated
 
 
 class DropTurn:
@@ -50,11 +49,14 @@ class DropTurn:
 
 
 class PrependUnrelatedHistory:
-    """Carry over an exchange from an unrelated earlier task (``prepend_unrelated_history``).
+    """Carry over an exchange from an unrelated earlier request (``prepend_unrelated_history``).
 
-    The exchange mentions a decoy of a fact's shape, in a sentence using that
-    fact's cue words, but it is about another, closed matter; the current
-    task's solution does not change.  The decoy is the canary.
+    A question of the user and the assistant's answer about another, closed
+    matter open the history, drawn from the ``history`` bank of the task's
+    tool areas (``banks/redundant.toml``) and filled with the task's own
+    people, folders and records.  The exchange mentions a decoy from the
+    task's world; the current task's solution does not change.  The decoy
+    is the canary.
     """
 
     id = "prepend_unrelated_history"
@@ -64,18 +66,12 @@ class PrependUnrelatedHistory:
         return bool(task.facts)
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        got = pick_decoy(task, rng)
+        got = unrelated(task, "history", rng)
         if got is None:
             return None
-        fact, d = got
-        cue = fact.cues[0] if fact.cues else "note"
-        turns = (
-            Turn("user", f"(Earlier, different request) For last year's archive cleanup, the {cue} "
-                         f"reference was {d}. That job is finished."),
-            Turn("assistant", "Understood, the archive cleanup is closed; nothing more to do there."),
-        )
+        turns = (Turn("user", got.text), Turn("assistant", got.reply))
         new = replace(task.surfaces, context=turns + task.surfaces.context)
-        return Edit(new, (Canary("text", d, fact.id),), note=f"prepended history mentioning {d}")
+        return Edit(new, got.canaries, note=f"prepended history mentioning {got.decoy}: {got.text} / {got.reply}")
 
 
 #: The operators of this module, in catalog order.

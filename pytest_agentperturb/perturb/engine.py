@@ -1,11 +1,15 @@
-"""Operator protocol, a registry per session, variant construction and executable validity.
+"""A registry per session, variant construction and executable validity.
 
-An operator edits exactly one surface of a task.  :meth:`Engine.make_variant`
-picks an applicable operator for a family with a seeded RNG, applies it, and
-keeps the result only if the rules of docs/design.md section 2 *run* green:
+An operator edits exactly one surface of a task (the :class:`Operator`
+protocol and its :class:`Edit` live in :mod:`pytest_agentperturb.model.task`,
+so that adapters can ship operators too; both are re-exported here).
+:meth:`Engine.make_variant` picks an applicable operator for a family with a
+seeded RNG, applies it, and keeps the result only if the rules of
+docs/design.md section 2 *run* green:
 
 1. exactly one surface differs; the other three render byte-identically
-   (an injection changes no surface: it is planted into one tool's outputs);
+   (an injection or an image edit changes no surface: it is planted into
+   one tool's outputs);
 2. grader, gold solution and environment are untouched (a variant carries
    only surfaces; written-out variants are checked byte for byte);
 3. the goal is preserved and 4. a successful path remains: the oracle,
@@ -30,38 +34,15 @@ import json
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..model.errors import VariantSkipped
-from ..model.records import Canary, Injection, Variant
+from ..model.records import Variant
 from ..model.task import CLEAN, FAMILIES, INSERTED, SURFACE_FILES, TARGETS, Surfaces, Task, family_parts, inserted_base
+from ..model.task import Edit as Edit  # re-exported: operators import it from here
+from ..model.task import Operator as Operator
 
 MAX_ATTEMPTS = 5
-
-
-@dataclass(frozen=True)
-class Edit:
-    """What an operator produced: new surfaces, canaries, recovery annotation."""
-
-    surfaces: Surfaces
-    canaries: tuple[Canary, ...]
-    recovery: tuple[str, ...] = ()
-    note: str = ""
-    injections: tuple[Injection, ...] = ()
-
-
-@runtime_checkable
-class Operator(Protocol):
-    """A named perturbation of one family (or inserted object)."""
-
-    id: str
-    family: str
-
-    def applicable(self, task: Task) -> bool:
-        """Whether the task has what this operator edits."""
-
-    def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        """Return the edit, or None when this draw found nothing to edit."""
 
 
 @dataclass(frozen=True)
@@ -152,14 +133,19 @@ def structural_problems(task: Task, variant: Variant) -> list[str]:
     problems = []
     target = variant.target
     changed = [t for t in TARGETS if task.surfaces.render(t) != variant.surfaces.render(t)]
-    if variant.injections:
+    if variant.injections or variant.image_edits:
         if changed:
-            problems.append(f"rule 1: an injection must leave every surface unchanged, found {changed}")
+            problems.append("rule 1: an injection or image edit must leave every surface unchanged, "
+                            f"found {changed}")
         known = set(task.tools)
         problems += [f"rule 1: injection into {i.tool!r}, which the task does not expose"
                      for i in variant.injections if i.tool not in known]
+        problems += [f"rule 1: image edit of {e.tool!r} results, which the task does not expose"
+                     for e in variant.image_edits if e.tool not in known]
     elif changed != [target]:
         problems.append(f"rule 1: expected only the {target} surface to differ, found {changed or 'none'}")
+    elif variant.surfaces.render(target).strip() in ("", "[]"):
+        problems.append(f"rule 1: the edit leaves the {target} surface empty: nothing is left to perturb")
     for fid in variant.recovery:
         if fid not in {f.id for f in task.facts}:
             problems.append(f"rule 4: recovery names unknown fact {fid!r}")
@@ -254,31 +240,49 @@ class Engine:
                     ops.append(op)
             except Exception as exc:  # an adapter's task shape the operator does not handle
                 reasons.append(f"{op.id}: cannot read this task ({type(exc).__name__}: {exc})"[:300])
+        target, typ = family_parts(family)
+        if (not ops and not reasons and typ in ("missing", "incorrect") and target != "tool"
+                and not any(target in f.surfaces for f in task.facts)):
+            raise VariantSkipped(f"{task.key} [{family}]: no fact is stated on the {target} surface, and "
+                                 f"the {family} operators ({', '.join(o.id for o in catalog)}) remove or "
+                                 "corrupt stated facts")
         if not ops:
             raise VariantSkipped(f"{task.key} [{family}]: no operator applies "
                                  f"(catalog: {', '.join(o.id for o in catalog) or 'empty'}); "
                                  "the task lacks what they edit (see each operator's docstring)"
                                  + (f": {' | '.join(reasons)}" if reasons else ""))
-        target = family_parts(family)[0]
+        attempts = 0
         for attempt in range(MAX_ATTEMPTS):
+            if not ops:
+                break
+            attempts += 1
             rng = random.Random(f"{task.key}|{family}|{seed + attempt}")
-            op = rng.choice(ops)
-            try:
-                edit = op.apply(task, rng)
-            except Exception as exc:
-                reasons.append(f"{op.id} (seed {seed + attempt}): failed on this task "
-                               f"({type(exc).__name__}: {exc})"[:300])
-                continue
+            first = rng.choice(ops)
+            edit = None
+            for op in [first, *(o for o in ops if o is not first)]:  # the draw first, then the others in order
+                try:
+                    edit = op.apply(task, rng)
+                except VariantSkipped as exc:  # the operator declines this task, with its reason: no retry
+                    reasons.append(f"{op.id}: {exc}")
+                    ops.remove(op)
+                    continue
+                except Exception as exc:
+                    reasons.append(f"{op.id} (seed {seed + attempt}): failed on this task "
+                                   f"({type(exc).__name__}: {exc})"[:300])
+                    ops.remove(op)  # it would fail again: later attempts draw among the others
+                    continue
+                if edit is not None:
+                    break
+                reasons.append(f"{op.id} (seed {seed + attempt}): nothing to edit")
             if edit is None:
-                reasons.append(f"{op.id}: nothing to edit")
                 continue
             v = Variant(task=task.key, family=family, operator=op.id, seed=seed + attempt,
                         surfaces=edit.surfaces, canaries=edit.canaries, recovery=edit.recovery,
-                        note=edit.note, injections=edit.injections)
+                        note=edit.note, injections=edit.injections, image_edits=edit.image_edits)
             v = replace(v, diff=surface_diff(task, target, edit.surfaces))
             problems = self.check_variant(task, v, oracle_check=validate)
             if not problems:
                 return v
             reasons.append(f"{op.id} (seed {seed + attempt}): {'; '.join(problems)}")
-        raise VariantSkipped(f"{task.key} [{family}]: no valid variant after {MAX_ATTEMPTS} attempts: "
+        raise VariantSkipped(f"{task.key} [{family}]: no valid variant after {attempts} attempts: "
                              + " | ".join(reasons))

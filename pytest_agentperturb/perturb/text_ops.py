@@ -7,6 +7,11 @@ register the instances under ``<target>-<type>``.  They act on *facts*
 redundant one adds plausible content that does not change the solution, an
 incorrect one replaces a stated value with a wrong one that stays
 recoverable (the user simulator knows the true value).
+
+What they write reads like real input: wrong values come from the task's
+own world (:mod:`.decoys`), vague phrases and negations fit the sentence
+(:mod:`.phrasing`), and added content is drawn from per-area snippet banks
+filled with the task's own entities (:mod:`.snippets`, ``banks/*.toml``).
 """
 
 from __future__ import annotations
@@ -17,24 +22,28 @@ from dataclasses import replace
 
 from ..model.records import Canary
 from ..model.task import Fact, Task, Turn
+from . import bank
 from .engine import Edit
 from .helpers import (
-    clean_text,
-    decoy,
+    clashes,
     facts_on,
     fresh_decoy,
     omission,
     omitted_after,
-    pick_decoy,
     replace_text,
+    restate,
     stating_sentence,
     surface_text,
     texts_of,
 )
+from .phrasing import vague_rewrites, with_value
+from .realism import shape_problems
+from .snippets import Filled, fill
+from .world import clean_text
 
 __all__ = [
     "AppendUnrelated", "DropFactSentence", "KeepObsolete", "MisattributeValue", "SwapValue",
-    "VagueValue", "decoy", "fresh_decoy", "omitted_after", "replace_text", "surface_text",
+    "VagueValue", "fresh_decoy", "omitted_after", "replace_text", "surface_text",
 ]
 
 
@@ -64,7 +73,10 @@ class DropFactSentence(_OnTarget):
     """Remove the sentence that states a needed fact (``drop_fact_sentence``).
 
     The fact is then stated nowhere; the recovery annotation names it and the
-    user simulator supplies it when asked, so the task stays solvable.
+    user simulator supplies it when asked, so the task stays solvable.  The
+    space around the sentence goes with it, so no stray blank is left.  A
+    request of one sentence is never dropped whole: that would remove the
+    goal, not a fact (``vague_reference`` covers it).
     """
 
     id = "drop_fact_sentence"
@@ -75,28 +87,37 @@ class DropFactSentence(_OnTarget):
         if not sent:
             return None
         holder = next(t for t in texts_of(task.surfaces, self.target) if sent in t)
-        m = re.search(re.escape(sent) + r"[ \t]*\n?", holder)
-        new = replace_text(task.surfaces, self.target, m.group(0) if m else sent, "")
+        cut, keep = _removal(holder, sent)
+        new = replace_text(task.surfaces, self.target, cut, keep)
+        if self.target == "user" and not new.user.strip():
+            return None
         return omission(task, new, f"removed: {sent.strip()}")
 
 
-_VAGUE = {
-    "time": ("the usual time", "(the time we agreed)"),
-    "date": ("the agreed day", "(the day we agreed)"),
-    "email": ("their usual address", "(the address on file)"),
-    "id": ("the usual reference", "(the reference we discussed)"),
-    "amount": ("the invoiced amount", "(the amount we discussed)"),
-    "integer": ("the agreed number", "(the number we agreed)"),
-    "text": ("the usual one", "(as agreed earlier)"),
-}
+def _removal(holder: str, sent: str) -> tuple[str, str]:
+    """(text to cut, what to put back) to remove ``sent`` from ``holder`` without a stray blank."""
+    m = re.search(r"([ \t]*)" + re.escape(sent) + r"([ \t]*)(\n?)", holder)
+    if m is None:
+        return sent, ""
+    starts_line = m.start() == 0 or holder[m.start() - 1] == "\n"
+    ends_line = bool(m.group(3)) or m.end() == len(holder)
+    if starts_line and ends_line:
+        return m.group(0), ""  # the whole line goes
+    if ends_line:
+        return m.group(0), m.group(3)  # "... rate. That is X.\n" -> "... rate.\n"
+    return m.group(0), m.group(1)  # "A. B. C." -> "A. C."
 
 
 class VagueValue(_OnTarget):
-    """Replace a needed value by a vague reference (``vague_reference``).
+    """Replace a needed value by a vague reference that fits the sentence (``vague_reference``).
 
-    The sentence stays, its value goes ("move it to the usual time"): the
-    fact is stated nowhere any more, so it is genuinely missing; the recovery
-    annotation names it and the user simulator supplies it when asked.
+    The whole phrase holding the value gives way to a vague noun phrase of
+    the fact's kind (``Book room "Fjord"`` -> ``Book the room we normally
+    use``, ``in the folder /finance/payable`` -> ``in the usual folder``); a
+    value in parentheses or in an apposition is dropped with them.  The
+    phrases come from ``banks/phrasing.toml`` (:func:`.phrasing.vague_rewrites`).
+    The fact is stated nowhere any more, so it is genuinely missing; the
+    recovery annotation names it and the user simulator supplies it.
     """
 
     id = "vague_reference"
@@ -106,12 +127,13 @@ class VagueValue(_OnTarget):
         fact, sent = self.stated_fact(task, rng)
         if not sent:
             return None
-        for phrase in _VAGUE[fact.kind]:
-            new_sent = sent.replace(fact.value, phrase)
-            if list(fact.find([("x", new_sent)])):
-                continue  # the phrase itself would read as a (wrong) value
+        rewrites = vague_rewrites(fact, sent)
+        rng.shuffle(rewrites)
+        for new_sent in rewrites:
+            if list(fact.find([("x", new_sent)])) or shape_problems(new_sent):
+                continue  # the phrase would read as a (wrong) value, or reads badly
             new = replace_text(task.surfaces, self.target, sent, new_sent)
-            edit = omission(task, new, f"{fact.id}: {fact.value} -> {phrase}", needed=fact)
+            edit = omission(task, new, f"{fact.id}: {sent.strip()} -> {new_sent.strip()}", needed=fact)
             if edit is not None:
                 return edit
         return None
@@ -119,68 +141,63 @@ class VagueValue(_OnTarget):
 
 # -- redundant ------------------------------------------------------------------
 
-_THINGS = {
-    "time": "the fire drill last month started at {d}",
-    "date": "the office was closed on {d} for maintenance",
-    "email": "the printer vendor can be reached at {d}, but nobody needs to contact them",
-    "id": "{d} about the coffee machine was closed last week",
-    "amount": "last quarter's team lunch came to {d} in total",
-    "integer": "the parking garage has {d} spaces on level two",
-    "text": 'an old newsletter template used "{d}"',
-}
+#: The bank section each surface draws its unrelated content from.
+_ASIDES = {"user": "user_aside", "procedure": "procedure_note", "context": "context_aside"}
 
 
-def unrelated_thing(task: Task, rng: random.Random) -> tuple[Fact, str, str] | None:
-    """(fact, decoy, sentence) about an unrelated matter carrying a decoy of a fact's shape."""
-    got = pick_decoy(task, rng)
-    if got is None:
-        return None
-    fact, d = got
-    return fact, d, _THINGS[fact.kind].format(d=d)
+def unrelated(task: Task, section: str, rng: random.Random) -> Filled | None:
+    """A filled snippet of ``banks/redundant.toml`` ``section`` carrying a fresh decoy.
+
+    An aside in the conversation without a reply of its own gets one of the
+    assistant's replies of the ``acks`` section.
+    """
+    replies = bank.snippets("redundant", "acks") if section == "context_aside" else ()
+    return fill(task, bank.snippets("redundant", section), rng, replies=replies)
 
 
 class AppendUnrelated(_OnTarget):
     """Append an earlier, unrelated and already settled matter (``append_unrelated``).
 
-    After an explicit topic switch, the surface mentions a request or note
-    that has nothing to do with the task and needs no action; it carries a
-    decoy value of a fact's shape.  Nothing the solution needs changes; the
-    decoy is the canary.
+    The surface gains a snippet about another matter (a postscript of the
+    user, a note in the policy's history, an aside in the conversation with
+    the assistant's reply), drawn from the snippet bank of the task's tool
+    areas and filled with the task's own people, rooms, folders and records
+    (``banks/redundant.toml``).  It needs no action and carries a decoy from
+    the task's world; nothing the solution needs changes.  The decoy is the
+    canary.
     """
 
     id = "append_unrelated"
     type = "redundant"
-    _FRAMES = {
-        "user": "\nOn another topic: last week I also asked you to note that {thing}. "
-                "That one is already done, nothing to do there.\n",
-        "procedure": "\nArchived note (informational only, no action required): {thing}.\n",
-    }
 
     def applicable(self, task: Task) -> bool:
         return bool(task.facts)
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        got = unrelated_thing(task, rng)
+        got = unrelated(task, _ASIDES[self.target], rng)
         if got is None:
             return None
-        fact, d, thing = got
         if self.target == "context":
-            turns = (Turn("user", f"Different topic: for the archive, {thing}. No action needed."),
-                     Turn("assistant", "Noted; nothing to do there."))
+            turns = (Turn("user", got.text), Turn("assistant", got.reply))
             new = replace(task.surfaces, context=task.surfaces.context + turns)
         else:
             text = getattr(task.surfaces, self.target)
-            new = replace(task.surfaces, **{self.target: text.rstrip("\n") + "\n"
-                                            + self._FRAMES[self.target].format(thing=thing)})
-        return Edit(new, (Canary("text", d, fact.id),), note=f"appended: {thing}")
+            new = replace(task.surfaces, **{self.target: text.rstrip("\n") + "\n\n" + got.text + "\n"})
+        return Edit(new, got.canaries, note=f"appended: {got.text}")
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
 class KeepObsolete(_OnTarget):
     """Keep an obsolete version of a rule beside the current one (``keep_obsolete_rule``).
 
-    Right before the sentence that states a fact, a copy of that sentence
-    with a decoy value is kept, explicitly marked as superseded.  The current
-    rule is unchanged, so the solution is the same; the decoy is the canary.
+    The sentence that states a fact keeps its current wording and gains its
+    history, the way policy documents do: a revision note, a struck-through
+    old rule, a changelog entry (``banks/obsolete.toml``), naming the
+    outdated value (a decoy from the task's world).  The current rule is
+    unchanged, so the solution is the same; the outdated value is the canary.
     """
 
     id = "keep_obsolete_rule"
@@ -188,54 +205,75 @@ class KeepObsolete(_OnTarget):
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
         fact, sent = self.stated_fact(task, rng)
-        d = fresh_decoy(task, fact, rng)
-        if not sent or d is None:
+        if not sent:
             return None
-        lead = re.match(r"\s*(?:[-*]\s+)?", sent)
+        lead = re.match(r"\s*(?:[-*]\s+|\d+[.)]\s+)?", sent)
         prefix = lead.group(0) if lead else ""
         body = sent[len(prefix):]
-        old = f"Superseded, no longer applies: {body.rstrip('.').replace(fact.value, d)}. Current: "
-        new = replace_text(task.surfaces, self.target, sent, prefix + old + body)
-        return Edit(new, (Canary("text", d, fact.id),), note=f"kept obsolete rule: {old.strip()}")
+
+        def slots(f: Fact, decoy: str) -> dict[str, str] | None:
+            old = with_value(f, body, decoy)
+            if old is None or clashes(decoy, body):
+                return None
+            bare = old.rstrip().rstrip(".")
+            return {"current": body, "current_lc": _lower_first(body), "old": old, "old_bare": bare,
+                    "old_lc": _lower_first(bare)}
+
+        got = fill(task, bank.snippets("obsolete", "frames"), rng, facts=[fact], extra=slots)
+        if got is None:
+            return None
+        new = replace_text(task.surfaces, self.target, sent, prefix + got.text)
+        return Edit(new, got.canaries, note=f"kept obsolete rule: {got.text}")
 
 
 # -- incorrect ------------------------------------------------------------------
 
 
 class SwapValue(_OnTarget):
-    """Replace a stated fact value with a plausible wrong one (``swap_value``).
+    """Replace a stated fact value with a wrong one from the task's world (``swap_value``).
 
-    The corrupted fact stays recoverable: the recovery annotation names it and
-    the user simulator gives its true value when asked; facts with a domain
-    can also be cross-checked against the environment.  The wrong value is
+    The wrong value is another valid value of the fact's slot: another
+    member of the tool enum it fills, another entry of its domain, another
+    folder, file, room, date or ticket of the environment (:mod:`.decoys`);
+    only where the world has none, a plausible value of the same kind and
+    format.  It replaces the value only where a reader finds the fact.  The
+    corrupted fact stays recoverable: the recovery annotation names it and
+    the user simulator gives its true value when asked.  The wrong value is
     the canary.
     """
 
     id = "swap_value"
     type = "incorrect"
 
+    def wrong_value(self, task: Task, fact: Fact, rng: random.Random) -> str | None:
+        sent = stating_sentence(task, fact, self.target) or ""
+        for _ in range(3):
+            wrong = fresh_decoy(task, fact, rng)
+            if wrong is not None and not clashes(wrong, sent):
+                return wrong
+        return None
+
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
         fact = rng.choice(facts_on(task, self.target))
-        wrong = fresh_decoy(task, fact, rng)
+        wrong = self.wrong_value(task, fact, rng)
         if wrong is None:
             return None
-        text = surface_text(task.surfaces, self.target)
-        new = replace_text(task.surfaces, self.target, fact.value, wrong, count=text.count(fact.value))
+        new = restate(task.surfaces, self.target, fact, wrong)
         if wrong not in {v for _, v in fact.find(new.texts())}:
             return None  # a reader would not take the wrong value as this fact
         return Edit(new, (Canary("value", wrong, fact.id),), recovery=(fact.id,),
                     note=f"{fact.id}: {fact.value} -> {wrong}")
 
 
-class MisattributeValue(_OnTarget):
-    """Attribute a real value of another source to this fact (``misattribute_value``).
+class MisattributeValue(SwapValue):
+    """Attribute a real value of another entry to this fact (``misattribute_value``).
 
     For a fact with a domain (e.g. contacts' e-mail addresses), its value is
-    replaced by the value of *another* existing entity: the statement now
-    credits the wrong person, ticket or message.  The value exists in the
-    environment, so only the pairing is wrong; the recovery annotation names
-    the fact and the user simulator gives its true value.  The misattributed
-    value is the canary.
+    replaced by the value of *another* existing entity that the clean task
+    never mentions: the statement now credits the wrong person, ticket or
+    message.  The value exists in the environment, so only the pairing is
+    wrong; the recovery annotation names the fact and the user simulator
+    gives its true value.  The misattributed value is the canary.
     """
 
     id = "misattribute_value"
@@ -243,7 +281,9 @@ class MisattributeValue(_OnTarget):
 
     def _candidates(self, task: Task, fact: Fact) -> list[str]:
         seen = clean_text(task)
-        return sorted({v for v in task.domain_values(fact) if v != fact.value and v not in seen and v})
+        sent = stating_sentence(task, fact, self.target) or ""
+        return sorted({v for v in task.domain_values(fact)
+                       if v != fact.value and v not in seen and v and not clashes(v, sent)})
 
     def applicable(self, task: Task) -> bool:
         return any(self._candidates(task, f) for f in facts_on(task, self.target))
@@ -252,9 +292,9 @@ class MisattributeValue(_OnTarget):
         facts = [f for f in facts_on(task, self.target) if self._candidates(task, f)]
         fact = rng.choice(facts)
         wrong = rng.choice(self._candidates(task, fact))
-        text = surface_text(task.surfaces, self.target)
-        new = replace_text(task.surfaces, self.target, fact.value, wrong, count=text.count(fact.value))
+        new = restate(task.surfaces, self.target, fact, wrong)
         if wrong not in {v for _, v in fact.find(new.texts())}:
             return None
         return Edit(new, (Canary("value", wrong, fact.id),), recovery=(fact.id,),
                     note=f"{fact.id}: {fact.value} -> {wrong} (belongs to another entry of {fact.domain})")
+

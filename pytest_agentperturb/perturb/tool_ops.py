@@ -17,7 +17,14 @@ from typing import Any
 
 from ..model.records import Canary
 from ..model.task import Surfaces, Task
+from . import bank
 from .engine import Edit, Operator
+from .world import area_object
+
+
+def _slots(tool: str) -> dict[str, str]:
+    obj, objs = area_object(tool)
+    return {"base": tool, "object": obj, "objects": objs, "area": tool.split("_")[0]}
 
 
 def _used(task: Task) -> list[str]:
@@ -87,24 +94,23 @@ class HideRequiredArgument:
 class AddFakeTool:
     """Advertise a plausible tool that is not needed (``add_fake_tool``).
 
-    Its name is a near neighbour of a needed tool and its description is
-    about a different capability; the solution does not change.  The fake
-    name is the canary; the backend does not register it.
+    Its name is a near neighbour of a needed tool (``_bulk``, ``_export``,
+    ``_history``, ...) and its description, a tool-catalog line from the
+    ``fake_tools`` bank of ``banks/tools.toml``, is about a different
+    capability; the solution does not change.  The fake name is the canary;
+    the backend does not register it.
     """
 
     id = "add_fake_tool"
     family = "tool-redundant"
-    _SUFFIXES = (("_bulk", "Apply the same change to many items at once (batch jobs only)."),
-                 ("_legacy", "Old interface kept for archived data before 2020."),
-                 ("_preview", "Show what a change would look like without applying it."))
 
     def applicable(self, task: Task) -> bool:
         return bool(_used(task))
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
         base = rng.choice(_used(task))
-        suffix, desc = rng.choice(self._SUFFIXES)
-        fake = base + suffix
+        entry = rng.choice(bank.snippets("tools", "fake_tools"))
+        fake, desc = base + entry.name, entry.text.format_map(_slots(base))
         if fake in task.surfaces.tool_names():
             return None
         tools = _tools(task)
@@ -119,28 +125,29 @@ class AddFakeTool:
 class DuplicateAlias:
     """Advertise a needed tool a second time under an alias (``duplicate_alias``).
 
-    The alias has the same schema and says it is an alias of the true tool,
-    so the contract holds redundant entries; the backend does not register
-    the alias name, and the solution does not change.  The alias is the canary.
+    The alias has the same schema and a maintainer's note that it is an
+    alias of the true tool (``aliases`` bank of ``banks/tools.toml``), so
+    the contract holds redundant entries; the backend does not register the
+    alias name, and the solution does not change.  The alias is the canary.
     """
 
     id = "duplicate_alias"
     family = "tool-redundant"
-    _ALIASES = ("{name}_v2", "{name}_alias", "do_{name}")
 
     def applicable(self, task: Task) -> bool:
         return bool(_used(task))
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
         base = rng.choice(_used(task))
-        alias = rng.choice(self._ALIASES).format(name=base)
+        entry = rng.choice(bank.snippets("tools", "aliases"))
+        alias = entry.name.format_map(_slots(base))
         if alias in task.surfaces.tool_names():
             return None
         tools = _tools(task)
         at = next(i for i, t in enumerate(tools) if t["function"]["name"] == base)
         clone = copy.deepcopy(tools[at])
         clone["function"]["name"] = alias
-        clone["function"]["description"] = f"Alias of {base}, kept for older clients. " + str(
+        clone["function"]["description"] = entry.text.format_map(_slots(base)) + " " + str(
             clone["function"].get("description", ""))
         tools.insert(at + rng.choice((0, 1)), clone)
         return Edit(_with_tools(task.surfaces, tools), (Canary("tool", alias),), note=f"aliased {base} as {alias}")
@@ -196,10 +203,13 @@ class RenameTool:
 class ReplaceDescription:
     """Give an unneeded tool the description of a needed one (``replace_description``).
 
-    The unneeded tool's description now claims it replaces the needed tool
-    ("Replaces `X`: ..."), a wrong statement about the interface.  The
-    needed tool is still advertised and registered, so the task stays
-    solvable; calling the wrong tool for the job is the canary.
+    The unneeded tool's description now claims it takes over the needed
+    tool, in a changelog-style note from the ``redirects`` bank of
+    ``banks/tools.toml`` ("Supersedes `X` since the March API release")
+    followed by the needed tool's own description: a wrong statement about
+    the interface.  The needed tool is still advertised and registered, so
+    the task stays solvable; calling the wrong tool for the job is the
+    canary.
     """
 
     id = "replace_description"
@@ -217,9 +227,10 @@ class ReplaceDescription:
         needed, spare = rng.choice(self._pairs(task))
         tools = _tools(task)
         true_desc = str((task.surfaces.tool_schema(needed) or {}).get("description", ""))
+        note = rng.choice(bank.snippets("tools", "redirects")).text.format(needed=needed)
         for t in tools:
             if t["function"]["name"] == spare:
-                t["function"]["description"] = f"Replaces {needed} (use this instead of {needed}): {true_desc}"
+                t["function"]["description"] = f"{note} {true_desc}".strip()
         return Edit(_with_tools(task.surfaces, tools), (Canary("tool", spare),),
                     note=f"{spare} now claims to replace {needed}")
 

@@ -9,25 +9,20 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from ..model.records import Canary
 from ..model.task import Task
 from .engine import Edit, Operator
-from .text_ops import (
-    AppendUnrelated,
-    DropFactSentence,
-    MisattributeValue,
-    SwapValue,
-    VagueValue,
-    unrelated_thing,
-)
+from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue, VagueValue, unrelated
 
 
 class AddBackground:
     """Open the request with unrelated background (``add_background``).
 
-    A paragraph of small talk about another matter, carrying a decoy value of
-    a fact's shape, comes before the actual request.  The request itself is
-    unchanged, so the solution is the same; the decoy is the canary.
+    A line of background about another, settled matter comes before the
+    actual request, the way people open a message: drawn from the
+    ``add_background`` bank of the task's tool areas (``banks/redundant.toml``)
+    and filled with the task's own people, rooms, folders and records, it
+    carries a decoy from the task's world.  The request itself is unchanged,
+    so the solution is the same; the decoy is the canary.
     """
 
     id = "add_background"
@@ -37,13 +32,11 @@ class AddBackground:
         return bool(task.facts)
 
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        got = unrelated_thing(task, rng)
+        got = unrelated(task, "add_background", rng)
         if got is None:
             return None
-        fact, d, thing = got
-        intro = f"Some background first, just so you know: {thing}. Anyway, that is not why I am writing.\n"
-        return Edit(replace(task.surfaces, user=intro + task.surfaces.user), (Canary("text", d, fact.id),),
-                    note=f"background: {thing}")
+        return Edit(replace(task.surfaces, user=got.text + "\n\n" + task.surfaces.user), got.canaries,
+                    note=f"background: {got.text}")
 
 
 #: The operators of this module, in catalog order.

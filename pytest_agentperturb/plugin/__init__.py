@@ -18,7 +18,8 @@ MARKERS = {
     "clean": "agentperturb: the unperturbed episode of a task",
     **{t: f"agentperturb: perturbation of the {t} surface" for t in TARGETS},
     **{k: f"agentperturb: perturbation of type {k}" for k in TYPES},
-    "inserted": "agentperturb: an inserted object (fake tool, distractor turn, injected instruction)",
+    "inserted": "agentperturb: an inserted object (fake tool, distractor turn, injection, object in an image)",
+    "image": "agentperturb: an episode of a task whose tools return images",
 }
 
 
@@ -57,9 +58,21 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(trylast=True)
 def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None, config: pytest.Config) -> Any:
-    """The built-in format: folders holding ``suite.toml``."""
+    """The built-in formats: folders holding ``suite.toml``; the names ``agentdojo`` and ``agentdojo:<suite>``.
+
+    The AgentDojo adapter module is imported only for those names, and
+    ``agentdojo`` itself only when their tasks are asked for.
+    """
     if path is None:
-        return None
+        if name is None or name.split(":", 1)[0] != "agentdojo":
+            return None
+        from ..formats.agentdojo import adapter_for
+        from ..model.errors import OptionError
+
+        try:
+            return adapter_for(name)
+        except OptionError as exc:
+            raise pytest.UsageError(str(exc)) from None
     from ..formats.native import NativeSuiteAdapter, is_suite
 
     return NativeSuiteAdapter(path) if is_suite(path) else None

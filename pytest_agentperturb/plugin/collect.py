@@ -1,10 +1,15 @@
 """Collection: a suite becomes tasks, a task becomes one item per (family, agent).
 
 Node ids read ``suites/workflows::reschedule-standup::tool-missing[reference/literal]``
-for a folder suite and ``agentdojo:banking::user_task_0::clean[...]`` for a
-named one.  Each item carries markers for its target and type, so
+for a folder suite and ``agentdojo:banking::banking-ut00::clean[...]`` for a
+named one; with ``--agentperturb-repeats K`` (K >= 2) each item becomes K
+adjacent items ``...[reference/literal-r0]`` to ``...-r<K-1>]`` (K = 1 keeps
+the ids without a suffix).  Each item carries markers for its target and type, so
 ``-k "tool and missing"`` and ``-m "tool and missing"`` both select it.  A
-malformed task becomes a collection error for that task only.
+malformed task (or suite), or a second task with an id already collected,
+becomes one :class:`InvalidTask` item whose setup fails with the loader's
+message (a pytest ERROR): the session goes on with every other task, which a
+collection error would stop.
 
 Items reach the session through :class:`ItemRunner` (kept in the config's
 stash), so this module does not import the session.
@@ -14,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,16 +28,23 @@ import pytest
 from ..model.errors import TaskFormatError
 from ..model.task import SuiteAdapter, TaskSlot
 from ..model.records import EpisodeRecord, Variant
-from ..model.task import CLEAN, Task, family_parts
+from ..model.task import CLEAN, FAMILIES, INSERTED, Task, family_parts
 
 
 class ItemRunner(Protocol):
     """What items need from the session."""
 
     seed: int
+    #: seed of the variants (the session seed unless ``--agentperturb-variant-seed`` pins it)
+    variant_seed: int
+    #: episodes per (task, family, agent)
+    repeats: int
 
-    def families_for(self, adapter: SuiteAdapter) -> tuple[str, ...]:
-        """Families to collect for the tasks of ``adapter``."""
+    def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
+        """Families to collect for ``task``, one of the tasks of ``adapter``."""
+
+    def task_keywords(self, task: Task) -> tuple[str, ...]:
+        """Markers every item of ``task`` gets (e.g. ``image``)."""
 
     def runner_names(self) -> tuple[str, ...]:
         """Agent names, in id order."""
@@ -45,6 +57,12 @@ class ItemRunner(Protocol):
 
     def reproduce(self, item: PerturbItem) -> str:
         """The reproduce line of an item."""
+
+    def claim_task(self, key: str, nodeid: str) -> str | None:
+        """Remember that ``nodeid`` holds task ``key``; the node id of an earlier holder, if any."""
+
+    def task_invalid(self, nodeid: str, message: str) -> None:
+        """Remember a task (or suite) that could not be loaded."""
 
 
 ITEM_RUNNER = pytest.StashKey[ItemRunner]()
@@ -60,8 +78,34 @@ def item_seed(session_seed: int, task_key: str, family: str) -> int:
     return int(h[:8], 16) % 2**31
 
 
-def _task_collectors(parent: pytest.Collector, adapter: SuiteAdapter) -> Iterator[TaskCollector]:
-    for entry in adapter.tasks():
+def episode_seed(session_seed: int, task_key: str, family: str, repeat: int) -> int:
+    """Seed of one repeated episode (``ctx.seed``; passed to providers that accept a seed).
+
+    Repeat 0 keeps :func:`item_seed` of the session seed, so a run without
+    repeats sees the seeds it always did; repeat r >= 1 hashes that seed
+    with r.  Like the item seed it does not depend on the model; unlike the
+    variant it changes with every repeat.
+    """
+    base = item_seed(session_seed, task_key, family)
+    if repeat == 0:
+        return base
+    h = hashlib.sha256(f"{base}|repeat|{repeat}".encode()).hexdigest()
+    return int(h[:8], 16) % 2**31
+
+
+def repeat_suffix(repeat: int, repeats: int) -> str:
+    """``-r<repeat>`` inside the item id when there are several repeats, else nothing."""
+    return f"-r{repeat}" if repeats > 1 else ""
+
+
+def _task_collectors(parent: pytest.Collector, adapter: SuiteAdapter
+                     ) -> Iterator[TaskCollector | InvalidTask]:
+    try:
+        entries = list(adapter.tasks())
+    except Exception as exc:  # a malformed suite: an error of this suite, not of the session
+        yield InvalidTask.from_parent(parent, name="invalid-suite", message=load_error(exc, "suite"))
+        return
+    for entry in entries:
         if isinstance(entry, TaskSlot):
             name, load, path = entry.name, entry.load, entry.path
         else:
@@ -99,22 +143,74 @@ class TaskCollector(pytest.Collector):
 
     def collect(self) -> Iterator[pytest.Item]:
         runner = self.config.stash[ITEM_RUNNER]
-        task = self.load()
-        for family in runner.families_for(self.adapter):
+        try:
+            task = self.load()
+        except Exception as exc:  # TaskFormatError, or a bug in an adapter's loader: this task only
+            yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(exc, "task"))
+            return
+        other = runner.claim_task(task.key, self.nodeid)
+        if other is not None:
+            where = task.path / "task.toml" if task.path is not None else self.nodeid
+            err = TaskFormatError(where, "id", f"a task id unique within suite {task.suite!r}",
+                                  f"{task.id!r}, already the id of {other}",
+                                  "rename one of the two tasks (both would write the same store rows)")
+            yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(err, "task"))
+            return
+        keywords = runner.task_keywords(task)
+        for family in runner.families_for(self.adapter, task):
             target, typ = family_parts(family)
             for model in runner.runner_names():
-                item = PerturbItem.from_parent(self, name=f"{family}[{model}]", task=task, family=family, model=model)
-                if family == CLEAN:
-                    item.add_marker("clean")
-                else:
-                    item.add_marker(target)
-                    item.add_marker(typ)
-                yield item
+                for r in range(runner.repeats):  # repeats adjacent: the batcher prefetches them together
+                    item = PerturbItem.from_parent(self, name=f"{family}[{model}{repeat_suffix(r, runner.repeats)}]",
+                                                   task=task, family=family, model=model, repeat=r)
+                    for kw in keywords:
+                        item.add_marker(kw)
+                    if family == CLEAN:
+                        item.add_marker("clean")
+                    else:
+                        item.add_marker(target)
+                        item.add_marker(typ)
+                    yield item
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        if isinstance(excinfo.value, TaskFormatError):
-            return f"invalid task: {excinfo.value}"
-        return super().repr_failure(excinfo)
+
+def load_error(exc: BaseException, what: str) -> str:
+    """The message of a task (suite) that could not be loaded."""
+    if isinstance(exc, TaskFormatError):
+        return f"invalid {what}: {exc}"
+    return f"{what} not loaded: {type(exc).__name__}: {exc}"
+
+
+class InvalidTask(pytest.Item):
+    """A task or suite that could not be loaded: an ERROR at setup, with the loader's message.
+
+    It matches every family, type, target and agent word for ``-k`` and
+    carries every family marker for ``-m``, so a selection that would have
+    run the task still shows why it did not.
+    """
+
+    def __init__(self, *, message: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.message = message
+        runner = self.config.stash[ITEM_RUNNER]
+        words = {CLEAN, "invalid", *runner.runner_names()}
+        markers = {CLEAN}
+        for family in (*FAMILIES, *INSERTED):
+            words.update((family, *family_parts(family)))
+            markers.update(family_parts(family)[1:] if family in INSERTED else family_parts(family))
+        self.extra_keyword_matches.update(words)
+        for name in sorted(markers):
+            self.add_marker(name)
+        runner.task_invalid(self.nodeid, message)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, self.name
+
+    def setup(self) -> None:
+        """Fail by message (``pytrace=False``): the harness's traceback says nothing about the task."""
+        pytest.fail(self.message, pytrace=False)
+
+    def runtest(self) -> None:  # pragma: no cover - setup always fails
+        pytest.fail(self.message, pytrace=False)
 
 
 class EpisodeFailed(Exception):
@@ -122,20 +218,31 @@ class EpisodeFailed(Exception):
 
 
 class PerturbItem(pytest.Item):
-    """One episode: a task, a family (or clean) and an agent."""
+    """One episode: a task, a family (or clean), an agent and a repeat index.
 
-    def __init__(self, *, task: Task, family: str, model: str, **kw: Any) -> None:
+    ``seed`` is the item's seed (it picks the variant, the same for every
+    repeat and every model); ``episode_seed`` is the seed of this repeat's
+    episode.
+    """
+
+    def __init__(self, *, task: Task, family: str, model: str, repeat: int = 0, **kw: Any) -> None:
         super().__init__(**kw)
         self.task = task
         self.family = family
         self.model = model
+        self.repeat = repeat
         self.record: EpisodeRecord | None = None
         self.reused = False
         self.variant: Variant | None = None
-        self.seed = item_seed(self.config.stash[ITEM_RUNNER].seed, task.key, family)
+        self.skip_reason = ""
+        self.digest = ""
+        runner = self.config.stash[ITEM_RUNNER]
+        self.seed = item_seed(runner.variant_seed, task.key, family)
+        self.episode_seed = episode_seed(runner.seed, task.key, family, repeat)
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"{self.task.key}[{self.family}-{self.model}]"
+        suffix = repeat_suffix(self.repeat, self.config.stash[ITEM_RUNNER].repeats)
+        return self.path, 0, f"{self.task.key}[{self.family}-{self.model}{suffix}]"
 
     def setup(self) -> None:
         """Run (or reuse) the episode; an infrastructure error is a pytest ERROR.
@@ -162,16 +269,21 @@ class PerturbItem(pytest.Item):
         return self.config.stash[ITEM_RUNNER].reproduce(self)
 
 
-def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False) -> str:
+def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False,
+                   extra: Sequence[str] = (), repeat: int | None = None) -> str:
     """A command that re-runs exactly one item (pytest rejects '::' after a folder, so -k).
 
     ``runner_args`` are the flag and value that select the agent
-    (``--agentperturb-model M`` or ``--agentperturb-agent SPEC``); every
-    value is shell-quoted, so the line is safe to paste.
+    (``--agentperturb-model M`` or ``--agentperturb-agent SPEC``); ``extra``
+    are the other flags that change the result (endpoint, protocol limits,
+    families, strict mode, ``--agentperturb-repeats K``, a pinned variant
+    seed); ``repeat`` adds ``-k ... and r<repeat>]`` to select one repeat.
+    Every value is shell-quoted, so the line is safe to paste.
     """
     suite, task, name = nodeid.split("::")[:3]
     family = name.split("[", 1)[0]
     where = ["--agentperturb-suite", suite] if named else [suite]
-    args = ["pytest", "--agentperturb", *where, "-k", f"{task} and {family}", *runner_args,
+    which = f"{task} and {family}" + (f" and r{repeat}]" if repeat is not None else "")
+    args = ["pytest", "--agentperturb", *where, "-k", which, *runner_args, *extra,
             "--agentperturb-seed", str(seed)]
     return "reproduce: " + " ".join(shlex.quote(a) for a in args)

@@ -1,7 +1,11 @@
 """pytest-html integration: each perturbation item's extras carry its diff, verdicts and a report link.
 
 Registered by the session only when the pytest-html plugin is active; the
-``pytest_html`` module is imported here, never elsewhere.
+``pytest_html`` module is imported here, never elsewhere.  pytest-html
+inserts its table cells into the page with ``innerHTML`` and puts the node
+id into its cell unescaped, so :meth:`HtmlExtras.pytest_html_results_table_row`
+escapes that cell: a task id from an adapter or a folder name can never
+become markup.  Everything in the extras is escaped here too.
 """
 
 from __future__ import annotations
@@ -19,6 +23,16 @@ class HtmlExtras:
 
     def __init__(self, report_path: Path) -> None:
         self.report_path = report_path
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[Any]) -> None:
+        """Replace the test-id cell (raw node id in pytest-html 4) by an escaped one, for every report."""
+        from ..report.svg import esc
+
+        test_id = report.nodeid + ("" if report.when == "call" else f"::{report.when}")
+        for i, cell in enumerate(cells):
+            if isinstance(cell, str) and cell.startswith('<td class="col-testId">'):
+                cells[i] = f'<td class="col-testId">{esc(test_id)}</td>'
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:

@@ -58,7 +58,7 @@ def is_enabled(config: pytest.Config) -> bool:
 
 def _lookup(config: pytest.Config, o: Option) -> tuple[Any, str]:
     val = config.getoption(o.flag)
-    if val not in (None, [], ""):
+    if val is not None:  # given on the command line, even if empty (the resolver rejects an empty value)
         return val, o.flag
     if o.ini_key is not None:
         ival = config.getini(o.ini_key)

@@ -4,8 +4,8 @@ On every process it owns the session's registries (operators, agents,
 suite adapters), runs episodes for its items and writes them to the store.
 On the xdist controller (or the only process without xdist) it gathers the
 per-item records that travel on the test reports, prints the summary, runs
-the analysis, asks the gate for a verdict and writes the HTML report once,
-at the end.
+the analysis (against the ``--agentperturb-baseline`` run when one is named),
+asks the gate for a verdict and writes the HTML report once, at the end.
 """
 
 from __future__ import annotations
@@ -20,23 +20,31 @@ import pytest
 
 from ..gate import Thresholds, Verdict
 from ..model import __version__
-from ..model.errors import OptionError, VariantSkipped
-from ..model.options import Settings
+from ..model.errors import OptionError, StoreError, VariantSkipped
+from ..model.options import OPTIONS, Settings, check_name, option
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
-from ..model.task import CLEAN, FAMILIES, INSERTED, TARGETS
-from .collect import ITEM_RUNNER, EpisodeFailed, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
+from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, TARGETS, Task
+from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
+    from ..imaging.backends import ImageBackend
     from ..perturb.engine import Engine, Registry
+    from ..run.baseline import BaselineRun
     from ..run.batcher import Batcher
     from ..run.generator import Generator
     from ..run.store import Store
 
 SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
 REPORT_ATTR = "agentperturb"
+#: Attribute of the setup report of an :class:`InvalidTask`: the loader's message.
+INVALID_ATTR = "agentperturb_invalid"
+#: Attribute of the setup report of an item that errored before it had an episode record.
+HARNESS_ERROR_ATTR = "agentperturb_harness_error"
+#: Attribute of a skipped item's setup report: suite, task, family, model and reason (travels under xdist).
+SKIP_ATTR = "agentperturb_skip"
 DEFAULT_FAMILIES = (CLEAN, *FAMILIES, *INSERTED)
 
 
@@ -48,7 +56,9 @@ def variant_digest(task_digest: str, variant: Variant, user_model: str = "") -> 
     for t in TARGETS:
         h.update(variant.surfaces.render(t).encode())
     for inj in variant.injections:  # an injection edits no surface but is part of the instance
-        h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode())
+        h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode() + (f"\0{inj.vector}".encode() if inj.vector else b""))
+    for e in variant.image_edits:  # nor does an image edit
+        h.update(f"{e.tool}\0{e.match}\0{e.box}\0".encode() + e.data)
     if user_model:  # another user simulator is another episode (the keyword simulator adds nothing)
         h.update(b"user-model\0" + user_model.encode())
     return h.hexdigest()
@@ -61,7 +71,8 @@ def row_extras(item: PerturbItem) -> dict[str, Any]:
     v = item.variant
     return {"diff": v.edit_text if v is not None else "",
             "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
-            "task_properties": task_properties(item.task)}
+            "image_edits": [e.to_json() for e in v.image_edits] if v is not None else [],
+            "task_properties": task_properties(item.task), "notes": list(item.task.notes)}
 
 
 class AgentPerturbSession:
@@ -71,6 +82,8 @@ class AgentPerturbSession:
         self.config = config
         self.settings = settings
         self.seed = settings.seed
+        self.variant_seed = settings.variant_seed
+        self.repeats = settings.repeats
         self.thresholds = thresholds
         self.llm = settings.llm
         self.is_worker = hasattr(config, "workerinput")
@@ -80,13 +93,20 @@ class AgentPerturbSession:
         self._adapters: dict[tuple[str, str], SuiteAdapter | None] = {}
         self._adapter_families: dict[int, tuple[str, ...]] = {}
         self._registry: Registry | None = None
+        self._image_backend: ImageBackend | None = None
+        self._image_families: dict[str, tuple[str, ...]] = {}
         self._engine: Engine | None = None
         self._variants: dict[tuple[str, str, int], Variant | VariantSkipped] = {}
         self.records: list[dict[str, Any]] = []
         self.skipped: list[tuple[str, str]] = []
+        self.harness_errors = 0
+        self.invalid: dict[str, str] = {}  # node id -> why the task (suite) was not loaded
+        self._task_nodes: dict[str, str] = {}  # task key -> node id that holds it
+        self.skip_rows: list[dict[str, Any]] = []
         self.started = time.perf_counter()
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
+        self.baseline_run: BaselineRun | None = None
         if config.pluginmanager.hasplugin("html"):
             from .html_extras import HtmlExtras
 
@@ -102,7 +122,7 @@ class AgentPerturbSession:
         if self._registry is None:
             from ..perturb import builtin_registry
 
-            self._registry = builtin_registry()
+            self._registry = builtin_registry(self.image_backend())
             self.config.hook.pytest_agentperturb_register_operators(register=self._registry.register)
         return self._registry
 
@@ -132,11 +152,47 @@ class AgentPerturbSession:
         extra = tuple(dict.fromkeys(op.family for op in own if op.family not in DEFAULT_FAMILIES))
         self._adapter_families[id(adapter)] = extra
 
-    def families_for(self, adapter: SuiteAdapter) -> tuple[str, ...]:
-        """The chosen families, or by default every family plus the adapter's own inserted objects."""
+    def image_backend(self) -> ImageBackend:
+        """How image objects repaint regions (``--agentperturb-image-backend``); a bad setting is a usage error."""
+        if self._image_backend is None:
+            from ..imaging.backends import load_backend
+
+            try:
+                self._image_backend = load_backend(self.settings.image_backend, self.settings.inpaint_model)
+            except OptionError as exc:
+                raise pytest.UsageError(f"--agentperturb-image-backend {self.settings.image_backend}: {exc}") from None
+        return self._image_backend
+
+    def _applies(self, family: str, task: Task, on_error: bool = True) -> bool:
+        """Whether an operator of ``family`` applies to ``task`` (``on_error``: when the operator cannot read it)."""
+        for op in self.registry.operators(family):
+            try:
+                if op.applicable(task):
+                    return True
+            except Exception:  # with on_error, the engine reports it as a skip with the reason
+                if on_error:
+                    return True
+        return False
+
+    def image_families(self, task: Task) -> tuple[str, ...]:
+        """The image objects whose operators apply to ``task`` (none unless its tools return images)."""
+        key = task.digest()
+        if key not in self._image_families:
+            self._image_families[key] = tuple(f for f in IMAGE_OBJECTS if self._applies(f, task, on_error=False))
+        return self._image_families[key]
+
+    def families_for(self, adapter: SuiteAdapter, task: Task) -> tuple[str, ...]:
+        """The chosen families, or by default every family, the adapter's own inserted objects where one of
+        its operators applies (an injection task of one AgentDojo suite is no parameter of another suite's
+        tasks), and, for a task whose tools return images, the image objects that apply to it."""
         if self.settings.sources.get("families", "default") != "default":
             return self.settings.families
-        return (*self.settings.families, *self._adapter_families.get(id(adapter), ()))
+        own = self._adapter_families.get(id(adapter), ())
+        return (*self.settings.families, *(f for f in own if self._applies(f, task)), *self.image_families(task))
+
+    def task_keywords(self, task: Task) -> tuple[str, ...]:
+        """Extra markers of every item of ``task``: ``image`` when its tools return images."""
+        return ("image",) if self.image_families(task) else ()
 
     def runner_names(self) -> tuple[str, ...]:
         return tuple(self._runner_args)
@@ -162,6 +218,10 @@ class AgentPerturbSession:
 
     def _add_agent(self, agent: Agent, args: list[str]) -> None:
         name = str(agent.name)
+        try:  # the name becomes part of every node id: no markup, no shell syntax
+            check_name(name, " ".join(args))
+        except OptionError as exc:
+            raise pytest.UsageError(f"{exc}; fix: rename the agent (its 'name' attribute)") from None
         if name in self._agents:
             raise pytest.UsageError(f"{' '.join(args)}: two agents are called {name!r}; give each a unique name")
         self._agents[name] = agent
@@ -170,13 +230,38 @@ class AgentPerturbSession:
     # -- lifecycle ------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._load_agents()
+        self.image_backend()  # a missing model folder or extra is reported before anything runs
         if not self.is_worker:
-            self.store().record_run(self.settings.run_id, {
+            self._resolve_baseline()
+            config: dict[str, Any] = {
                 "seed": self.settings.seed, "models": list(self.runner_names()),
                 "families": list(self.settings.families), "version": __version__,
-                "user_model": self.llm.user_model or "keyword",
-            })
+            }
+            if self.llm.user_model:
+                config["user_model"] = self.llm.user_model
+            if self.repeats > 1 or self.variant_seed != self.seed:
+                config.update(repeats=self.repeats, variant_seed=self.variant_seed)
+            try:  # a corrupt, foreign or newer store is a usage error naming the file, before anything runs
+                self.store().record_run(self.settings.run_id, config)
+            except StoreError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
+    def _resolve_baseline(self) -> None:
+        """Find the ``--agentperturb-baseline`` run before anything runs (a bad name is a usage error)."""
+        if not self.settings.baseline:
+            if self.thresholds.max_regression is not None:
+                raise pytest.UsageError(f"{self.thresholds.names.get('max_regression')}: there is nothing to compare "
+                                        "with; name the baseline run with --agentperturb-baseline RUN_ID|last|"
+                                        "path.sqlite[:RUN_ID]")
+            return
+        from ..model.errors import AgentPerturbError
+        from ..run.baseline import resolve
+
+        try:
+            self.baseline_run = resolve(self.settings.baseline, self.settings.store, self.settings.run_id,
+                                        Path(str(self.config.rootpath)))
+        except AgentPerturbError as exc:
+            raise pytest.UsageError(str(exc)) from None
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
         """Add the ``--agentperturb-suite`` suites as children of the session."""
@@ -191,6 +276,7 @@ class AgentPerturbSession:
                         f"--agentperturb-suite {name!r}: no suite adapter recognises this "
                         f"{'folder' if is_dir else 'name'}; fix: install the adapter's extra "
                         "(e.g. pip install 'pytest-agentperturb[agentdojo]') or check the spelling")
+                # nodeid = the name (a child of the session would read "::name"): ids are name::task::family[model]
                 rep.result.append(NamedSuite.from_parent(collector, name=name, nodeid=name, adapter=adapter))
         return rep
 
@@ -219,11 +305,16 @@ class AgentPerturbSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings
-        return [
-            f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.runners)}",
+        extra = (f" repeats={s.repeats}" if s.repeats > 1 else "") \
+            + (f" variant_seed={s.variant_seed}" if s.variant_seed != s.seed else "")
+        lines = [
+            f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.runners)}{extra}",
             f"agentperturb: store={s.store} report={s.report}" + (" (resume)" if s.resume else ""),
             f"agentperturb: user simulator={s.llm.user_model or 'keyword (offline)'}",
         ]
+        if self.baseline_run is not None:
+            lines.append(f"agentperturb: versus {self.baseline_run.label}")
+        return lines
 
     def store(self) -> Store:
         if self._store is None:
@@ -255,12 +346,12 @@ class AgentPerturbSession:
     def variant(self, item: PerturbItem) -> Variant:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
-            self.skipped.append((item.nodeid, str(v)))
+            item.skip_reason = str(v)  # reaches the controller on the setup report (SKIP_ATTR)
             pytest.skip(str(v))
         return v
 
-    def _key(self, item: PerturbItem) -> tuple[str, str, str, str, str, int]:
-        return (self.settings.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed)
+    def _key(self, item: PerturbItem) -> tuple[str, str, str, str, str, int, int]:
+        return (self.settings.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed, item.repeat)
 
     def _episode(self, item: PerturbItem, variant: Variant) -> Any:
         """A factory of the item's episode coroutine (run on the batcher's loop)."""
@@ -275,7 +366,8 @@ class AgentPerturbSession:
 
                 simulator = make_simulator(item.task, variant, self.llm)
             return run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,
-                               timeout_s=self.llm.episode_timeout, simulator=simulator)
+                               timeout_s=self.llm.episode_timeout, simulator=simulator, repeat=item.repeat,
+                               episode_seed=item.episode_seed)
 
         return episode
 
@@ -304,11 +396,18 @@ class AgentPerturbSession:
         The episode runs on the batcher's event loop together with the
         prefetched episodes of the items this process runs next.
         """
-        from .schedule import upcoming
-
         variant = self.variant(item)
         item.variant = variant
+        try:
+            self._run_item(item, variant)
+        except StoreError as exc:  # the harness's failure, not the agent's: an ERROR that names the file
+            pytest.fail(f"results store error (not an agent failure): {exc}", pytrace=False)
+
+    def _run_item(self, item: PerturbItem, variant: Variant) -> None:
+        from .schedule import upcoming
+
         digest = variant_digest(item.task.digest(), variant, self.llm.user_model)
+        item.digest = digest
         key = self._key(item)
         if self.settings.resume:
             old = self.store().get(key, digest)
@@ -338,8 +437,39 @@ class AgentPerturbSession:
                                 f"(operator {rec.operator}); reward {rec.reward}")
 
     def reproduce(self, item: PerturbItem) -> str:
+        extra = (["--agentperturb-repeats", str(self.repeats)] if self.repeats > 1 else []) \
+            + (["--agentperturb-variant-seed", str(self.variant_seed)] if self.variant_seed != self.seed else [])
         return reproduce_line(item.nodeid, self._runner_args.get(item.model, ["--agentperturb-model", item.model]),
-                              self.settings.seed, named=self._is_named(item.nodeid))
+                              self.settings.seed, named=self._is_named(item.nodeid), extra=[*self.result_args(), *extra],
+                              repeat=item.repeat if self.repeats > 1 else None)
+
+    def result_args(self) -> list[str]:
+        """Flags (beyond the agent and the seed) whose values change an item's result, as set for this run.
+
+        The endpoint and the model protocol (attempts, backoff, limits,
+        timeouts, generator), explicitly chosen families and strict mode;
+        not concurrency, connections or the cache folder.
+        """
+        s = self.settings
+        out: list[str] = []
+        for o in OPTIONS:
+            if o.group == "llm" and o.dest not in ("concurrency", "connections", "cache"):
+                value = getattr(s.llm, o.dest)
+                if value != o.default:
+                    out += [o.flag, str(value)]
+        if s.sources.get("families", "default") != "default":
+            out += [option("families").flag, ",".join(s.families)]
+        if s.strict:
+            out.append(option("strict").flag)
+        return out
+
+    def claim_task(self, key: str, nodeid: str) -> str | None:
+        """Two tasks with one key would write the same store rows: the second is an error."""
+        holder = self._task_nodes.setdefault(key, nodeid)
+        return holder if holder != nodeid else None
+
+    def task_invalid(self, nodeid: str, message: str) -> None:
+        self.invalid[nodeid] = message
 
     def _is_named(self, nodeid: str) -> bool:
         return nodeid.split("::", 1)[0] in self.settings.suites
@@ -348,13 +478,20 @@ class AgentPerturbSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
+        if isinstance(item, InvalidTask) and report.when == "setup":
+            setattr(report, INVALID_ATTR, item.message)  # travels to the xdist controller
+        if isinstance(item, PerturbItem) and item.record is None and report.when == "setup" and report.failed:
+            setattr(report, HARNESS_ERROR_ATTR, True)  # no episode record (e.g. the store failed): still an error
+        if isinstance(item, PerturbItem) and report.when == "setup" and report.skipped and item.skip_reason:
+            setattr(report, SKIP_ATTR, {"suite": item.task.suite, "task": item.task.id, "family": item.family,
+                                        "model": item.model, "reason": item.skip_reason})
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
                 row = item.record.to_row()
                 row["trajectory"] = item.record.trajectory
                 row.update(reused=item.reused, nodeid=item.nodeid, threshold=item.task.threshold,
-                           reproduce=item.reproduce_line())
+                           reproduce=item.reproduce_line(), variant_digest=item.digest)
                 row.update(row_extras(item))  # diff, canaries, task properties for the report
                 setattr(report, REPORT_ATTR, row)
                 if report.when == "call":
@@ -363,6 +500,8 @@ class AgentPerturbSession:
                              ("agentperturb_operator", item.record.operator),
                              ("agentperturb_seed", item.seed), ("agentperturb_reward", item.record.reward),
                              ("agentperturb_verdict", verdict)]
+                    if self.repeats > 1:
+                        props.append(("agentperturb_repeat", item.repeat))
                     if item.record.compliance is not None:
                         props.append(("agentperturb_compliance",
                                       "compliance" if item.record.compliance else "bypass"))
@@ -388,9 +527,18 @@ class AgentPerturbSession:
         return "agent-failed", "f", (word, {"yellow": True})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        skip = getattr(report, SKIP_ATTR, None)
+        if skip is not None and not self.is_worker:
+            self.skipped.append((report.nodeid, str(skip["reason"])))
+            self.skip_rows.append(dict(skip))
         row = getattr(report, REPORT_ATTR, None)
         if row is not None and not self.is_worker:
             self.records.append(row)
+        invalid = getattr(report, INVALID_ATTR, None)
+        if invalid is not None and not self.is_worker:
+            self.invalid[report.nodeid] = str(invalid)
+        if getattr(report, HARNESS_ERROR_ATTR, False) and not self.is_worker:
+            self.harness_errors += 1
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._batcher is not None:
@@ -401,34 +549,58 @@ class AgentPerturbSession:
             return  # nothing ran: keep the last report instead of writing an empty one
         from .. import report
         from ..gate import evaluate
+        from ..report.coverage import coverage, coverage_html
 
-        self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"]))
+        self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"], r.get("repeat", 0)))
         extra = self.config.hook.pytest_agentperturb_report_sections(
             records=[EpisodeRecord.from_row(r) for r in self.records], config=self.config)
+        sections = [("Coverage per suite", coverage_html(coverage(self.records, self.skip_rows)))]
+        sections += [s for res in extra for s in (res or [])]
         table = report.episode_table(self.records)
-        self.analysis = report.analyse(table, self.records, seed=self.settings.seed)
+        self.analysis = report.analyse(table, self.records, seed=self.settings.seed, **self._baseline_inputs())
         self.verdict = evaluate(self.thresholds, self.analysis)
-        html = report.render_page(self.analysis, self.verdict, settings=self.settings, skipped=self.skipped,
-                                  extra_sections=[s for res in extra for s in (res or [])], n_rows=len(table))
-        report.write(self.settings.report, html)
+        if self.records:  # never replace the last report by an empty one
+            notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(self.invalid.items())]
+            html = report.render_page(self.analysis, self.verdict, settings=self.settings, skipped=self.skipped,
+                                      extra_sections=sections, n_rows=len(table), notes=notes)
+            report.write(self.settings.report, html)
         if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _baseline_inputs(self) -> dict[str, Any]:
+        """The baseline run's episode table for the analysis (nothing without ``--agentperturb-baseline``)."""
+        if self.baseline_run is None:
+            return {}
+        from .. import report
+        from ..run.baseline import read_rows
+
+        rows = read_rows(self.baseline_run)
+        return {"baseline": report.episode_table(rows), "baseline_label": self.baseline_run.label}
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker:
             return
         tr = terminalreporter
         reused = sum(1 for r in self.records if r.get("reused"))
-        errors = sum(1 for r in self.records if r.get("error"))
+        errors = sum(1 for r in self.records if r.get("error")) + self.harness_errors
         tr.write_sep("=", "agentperturb")
         tr.write_line(f"episodes run: {len(self.records) - reused}, reused: {reused}, "
                       f"errors: {errors} (excluded from every aggregate), "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
+        if self.invalid:
+            tr.write_line(f"tasks not loaded: {len(self.invalid)} (each an ERROR; the other tasks ran)", red=True)
+            for nodeid, msg in sorted(self.invalid.items()):
+                tr.write_line(f"  {nodeid}: {msg}")
         if self.analysis is not None:
-            from ..analysis import summary_lines
+            from ..analysis import extra_summary_lines, summary_lines
 
-            for line in summary_lines(self.analysis):
+            for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
                 tr.write_line(line)
+        if self.records or self.skip_rows:
+            from ..report.coverage import coverage, coverage_lines
+
+            for line in coverage_lines(coverage(self.records, self.skip_rows)):
+                tr.write_line(f"coverage {line}")
         failed = [r for r in self.records if r["success"] is False]
         if failed:
             tr.write_line(f"agent failures: {len(failed)} (first 5 below; all in the report)")
@@ -436,6 +608,10 @@ class AgentPerturbSession:
                 tr.write_line(f"  {r['nodeid']}  reward={r['reward']}")
                 tr.write_line(f"    {r['reproduce']}")
         for line in (self.verdict.lines() if self.verdict is not None else []):
-            tr.write_line(line, red=self.verdict is not None and self.verdict.failed and "breached" in line)
-        tr.write_line(f"report: {self.settings.report}")
+            tr.write_line(line, red=self.verdict is not None and self.verdict.failed
+                          and ("breached" in line or "not evaluated" in line))
+        if self.records:
+            tr.write_line(f"report: {self.settings.report}")
+        elif not self.config.option.collectonly:
+            tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")

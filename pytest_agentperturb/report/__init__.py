@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..model.protocols import IMAGE_TYPES
 from ..model.task import CLEAN
 from . import sections as rs
+from .images import image_pairs_html
 from .svg import esc
 
 if TYPE_CHECKING:
@@ -57,6 +58,11 @@ def episode_anchor(row: Mapping[str, Any]) -> str:
     except (TypeError, ValueError):
         pass
     key = "|".join(str(row.get(k, "")) for k in ("run_id", "model", "suite", "task", "family")) + f"|{seed}"
+    try:
+        repeat = int(float(row.get("repeat") or 0))
+    except (TypeError, ValueError):
+        repeat = 0
+    key += f"|r{repeat}" if repeat else ""   # repeat 0 keeps the anchors of runs without repeats
     return "ep-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -157,6 +163,7 @@ def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
     out.append("</div>")
     sections = [(sid, title, fn(a)) for sid, title, fn in rs.SECTIONS]
     sections.insert(5, ("predictors", "Predictors", rs.predictors(a, has_capability)))
+    sections = [(sid, title, body) for sid, title, fn in rs.RELEASE_SECTIONS if (body := fn(a))] + sections
     sections += [(f"extra-{i}", title, body) for i, (title, body) in enumerate(extra_sections)]
     out.append("<nav>" + "".join(f"<a href='#{sid}'>{esc(t)}</a>" for sid, t, _ in sections)
                + "<a href='#episodes'>Episodes</a></nav>")
@@ -260,7 +267,9 @@ def _verdict(r: Mapping[str, Any]) -> tuple[str, str]:
 
 def _episodes(df: pd.DataFrame, baselines: frozenset[str]) -> str:
     rows = df.to_dict("records")
-    clean = {(r["run_id"], r["model"], r["suite"], r["task"]): r for r in rows if r["family"] == CLEAN}
+    clean = {(r["run_id"], r["model"], r["suite"], r["task"], r.get("repeat", 0)): r for r in rows
+             if r["family"] == CLEAN}
+    several = len({r.get("repeat", 0) for r in rows}) > 1
     out = ["<h2 id='episodes'>Episodes</h2><p class=muted>Each perturbed episode shows the diff of the edited "
            "surface, its canaries (highlighted where they occur) and the clean and perturbed trajectories side by "
            "side.</p>"]
@@ -273,8 +282,9 @@ def _episodes(df: pd.DataFrame, baselines: frozenset[str]) -> str:
             comp = "" if r.get("compliance") is None else (" · compliance" if r["compliance"] else " · bypass")
             labels = " · ".join(esc(x) for x in (r.get("awareness"), r.get("behaviour")) if x)
             heur = " (heuristic)" if "heuristic" in (r.get("awareness_source"), r.get("behaviour_source")) else ""
+            rep = f" · repeat {r.get('repeat', 0)}" if several else ""
             head = (f"<summary><span class={cls}>{esc(word)}</span>{esc(comp)} · {esc(r['task'])} · "
-                    f"{esc(r['family'])} · {esc(r['operator'])} · reward {esc(r['reward'])}"
+                    f"{esc(r['family'])}{esc(rep)} · {esc(r['operator'])} · reward {esc(r['reward'])}"
                     f"{' · ' + labels + esc(heur) if labels else ''}</summary>")
             body = [f"<p class=err>error (not an agent failure): {esc(r['error'])}</p>"] if r.get("error") else []
             cans = [c for c in _load(r.get("canaries")) if isinstance(c, Mapping)]
@@ -285,7 +295,8 @@ def _episodes(df: pd.DataFrame, baselines: frozenset[str]) -> str:
                     body.append("<p>canaries: " + ", ".join(
                         f"<mark>{esc(c.get('text', ''))}</mark> <span class=tag>{esc(c.get('kind', ''))}</span>"
                         for c in cans) + "</p>")
-                c = clean.get((r["run_id"], r["model"], r["suite"], r["task"]))
+                c = clean.get((r["run_id"], r["model"], r["suite"], r["task"], r.get("repeat", 0)))
+                body.append(image_pairs_html(r, c))
                 left = trajectory_html(c["trajectory"], texts) if c else "<p class=muted>no clean episode</p>"
                 body.append(f"<div class=cols><div><h4>clean</h4>{left}</div><div><h4>perturbed</h4>"
                             f"{trajectory_html(r['trajectory'], texts)}</div></div>")

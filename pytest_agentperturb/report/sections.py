@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.task import TARGETS, TYPES
-from .svg import correlation_matrix, dot_intervals, esc, heatmap
+from .svg import correlation_matrix, dot_intervals, esc, heatmap, trend_chart
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -236,4 +236,100 @@ SECTIONS: tuple[tuple[str, str, Callable[..., str]], ...] = (
     ("sensitivity", "Cross-family sensitivity", sensitivity),
     ("cost", "Recovery cost, rollout ratios, edit magnitude", cost),
     ("labels", "Awareness and first-error behaviour", labels),
+)
+
+
+# -- release gates: repeated trials, the baseline run, the trend across runs ---------------------
+def _interval_text(lo: Any, hi: Any, kind: str) -> str:
+    """``[lo, hi]`` formatted like a cell (plain text: :func:`table` escapes it)."""
+    return f"[{fmt(lo, kind)}, {fmt(hi, kind)}]"
+
+
+def repeats(a: Analysis) -> str:
+    """pass@1, pass^k, pass@k, the noise floor and D per model and family (empty without K >= 2 repeats)."""
+    rp = a.repeats
+    if rp is None or not len(rp):
+        return ""
+    d = a.drops[a.drops["level_kind"] == "family"][["model", "suite", "level", "relative_drop", "ci_low", "ci_high"]]
+    d = d.rename(columns={"level": "family", "ci_low": "d_low", "ci_high": "d_high"})
+    t = rp.merge(d, on=["model", "suite", "family"], how="left")
+    t["d_ci"] = [_interval_text(lo, hi, "pct") for lo, hi in zip(t["d_low"], t["d_high"])]
+    t["excess_ci"] = [_interval_text(lo, hi, "f3") for lo, hi in zip(t["ci_low"], t["ci_high"])]
+    return ("<p>Every (task, family, model) ran k times on the same variant, each repeat with its own episode seed. "
+            "Over the tasks whose k repeats were all scored: pass@1 = mean success, pass^k = share of tasks where all "
+            "k succeed, pass@k = share where any does. The noise floor is the clean-vs-clean flip rate (two clean "
+            "repeats of a task disagree); the flip rate beside it compares clean and perturbed repeats of the same "
+            "tasks. A family whose excess flip rate (flip rate − noise floor) has a 95 % interval reaching 0 is "
+            "<b>not distinguishable from noise</b>. D's interval is a cluster bootstrap over tasks with the repeats "
+            f"resampled within each task ({a.replicates} replicates).</p>"
+            + table(t, baselines=baselines(a), cols=[
+                ("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"), ("k", "k", "i"),
+                ("tasks", "n_tasks", "i"), ("pass@1", "pass_at_1", "rate"), ("pass^k", "pass_hat_k", "rate"),
+                ("pass@k", "pass_at_k", "rate"), ("flip rate", "flip_rate", "rate"),
+                ("noise floor", "noise_floor", "rate"), ("excess", "excess", "f3"), ("95% CI", "excess_ci", "s"),
+                ("verdict", "verdict", "s"), ("D", "relative_drop", "pct"), ("D 95% CI", "d_ci", "s")]))
+
+
+def versus_baseline(a: Analysis) -> str:
+    """The change in D against the baseline run, per level, with what was left out (empty without a baseline)."""
+    v = a.versus
+    if v is None:
+        return ""
+    out = [f"<p>Compared with the <b>{esc(v.label)}</b> on the same tasks, families and variants (same variant "
+           "digests). Change = D this run − D baseline run, in points, with a 95 % interval from a paired cluster "
+           f"bootstrap over tasks ({a.replicates} replicates; repeats resampled within each task). 'rose' / 'fell': "
+           "the whole interval is above / below 0.</p>"]
+    out += [f"<p class=muted>{esc(n)}</p>" for n in v.notes]
+    d = v.deltas
+    for (model, suite), g in d.groupby(["model", "suite"], sort=True):
+        keep = g[g["level_kind"].isin(["overall", "family"])]
+        items = [(f"{r['level_kind']}: {r['level']}", r["delta"], r["ci_low"], r["ci_high"])
+                 for r in keep.to_dict("records")]
+        out.append(dot_intervals(items, title=f"{model} on {suite}: change in D vs {g['baseline_model'].iloc[0]}",
+                                 unit=" pts"))
+    out.append(table(d, baselines=baselines(a), cols=[
+        ("model", "model", "model"), ("baseline model", "baseline_model", "s"), ("suite", "suite", "s"),
+        ("level", "level_kind", "s"), ("", "level", "s"), ("D this run", "d_current", "pct"),
+        ("D baseline", "d_baseline", "pct"), ("change (points)", "delta", "f3"), ("95% CI", "ci", "f3"),
+        ("verdict", "verdict", "s"), ("tasks", "n_tasks", "i"), ("pairs", "n_pairs_current", "i"),
+        ("pairs (baseline)", "n_pairs_baseline", "i")]))
+    if len(v.mismatches):
+        out.append(f"<details><summary>left out of the comparison: {len(v.mismatches)} (task, family) pair(s)"
+                   "</summary>" + table(v.mismatches, [
+                       ("model", "model", "s"), ("baseline model", "baseline_model", "s"), ("suite", "suite", "s"),
+                       ("task", "task", "s"), ("family", "family", "s"), ("why", "reason", "s")]) + "</details>")
+    else:
+        out.append("<p class=muted>Nothing was left out: every (task, family) ran on the same variant in both "
+                   "runs.</p>")
+    return "".join(out)
+
+
+def trend(a: Analysis) -> str:
+    """Overall D per run, as a chart per suite (empty for a table of one run)."""
+    t = a.trend
+    if t is None or not len(t):
+        return ""
+    out = ["<p>Overall relative drop D per run, in the order the runs were recorded, with 95 % cluster-bootstrap "
+           "intervals.</p>"]
+    runs = list(dict.fromkeys(t.sort_values("order", kind="mergesort")["run_id"]))
+    for suite in sorted(set(t["suite"])):
+        g = t[t["suite"] == suite]
+        series = []
+        for model in sorted(set(g["model"])):
+            by = {r["run_id"]: (r["relative_drop"], r["ci_low"], r["ci_high"]) for r in g[g["model"] == model]
+                  .to_dict("records")}
+            series.append((model, [by.get(run, (math.nan, math.nan, math.nan)) for run in runs]))
+        out.append(trend_chart(series, runs, title=f"{suite}: relative drop D per run"))
+    out.append(table(t, baselines=baselines(a), cols=[
+        ("run", "run_id", "s"), ("model", "model", "model"), ("suite", "suite", "s"), ("clean C", "clean", "f3"),
+        ("perturbed P", "perturbed", "f3"), ("D", "relative_drop", "pct"), ("95% CI", "ci", "pct"),
+        ("pairs", "n_pairs", "i")]))
+    return "".join(out)
+
+
+#: Sections for a release manager, shown first when the analysis has them (a function returns "" otherwise).
+RELEASE_SECTIONS: tuple[tuple[str, str, Callable[..., str]], ...] = (
+    ("versus-baseline", "Versus baseline", versus_baseline),
+    ("repeats", "Repeated trials: pass@1, pass^k, pass@k and the noise floor", repeats),
+    ("trend", "D across runs", trend),
 )

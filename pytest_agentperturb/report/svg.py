@@ -156,3 +156,56 @@ def _dendrogram(z: Any, k: int, left: float, cs: float, base: float, height: flo
         parts.append(f"<path d='M{xa:.1f},{ya:.1f}V{yd:.1f}H{xb:.1f}V{yb:.1f}' fill='none' stroke='#555'/>")
         pos[k + n] = ((xa + xb) / 2, float(d))
     return "".join(parts)
+
+
+_PALETTE = ("#b22222", "#1f5fa8", "#2e8b57", "#8a4fbf", "#d2691e", "#008b8b", "#666666", "#c71585")
+
+
+def trend_chart(series: Sequence[tuple[str, Sequence[tuple[float, float, float]]]], runs: Sequence[str], *,
+                title: str = "", unit: str = "%") -> str:
+    """A small line chart: one line per series over the runs, each point (estimate, low, high) with a whisker."""
+    if not runs or not series:
+        return ""
+    vals = [v for _, pts in series for p in pts for v in p if _finite(v)]
+    vmin, vmax = min([0.0, *vals]), max([1.0, *vals])
+    if vmax - vmin < 1e-9:
+        vmax = vmin + 1.0
+    left, top, width, height = 48, 28 if title else 10, max(160, 70 * len(runs)), 150
+    legend = 18 * len(series)
+    w, h = left + width + 24, top + height + 60 + legend
+
+    def sx(i: int) -> float:
+        return left + (width * (i + 0.5) / len(runs))
+
+    def sy(v: float) -> float:
+        return top + height - (v - vmin) / (vmax - vmin) * height
+
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' viewBox='0 0 {w} {h}' role='img' "
+           f"aria-label='{esc(title or 'trend')}' font-family='sans-serif' font-size='11'>"]
+    if title:
+        out.append(f"<text x='4' y='16' font-weight='bold' font-size='12'>{esc(title)}</text>")
+    out.append(f"<line x1='{left}' x2='{left}' y1='{top}' y2='{top + height}' stroke='#999'/>")
+    for v in np.linspace(vmin, vmax, 5):
+        y = sy(float(v))
+        out.append(f"<line x1='{left - 3}' x2='{left + width}' y1='{y:.1f}' y2='{y:.1f}' stroke='#eee'/>"
+                   f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end' fill='#666'>{v:.0f}{esc(unit)}</text>")
+    for i, run in enumerate(runs):
+        out.append(f"<text x='{sx(i):.1f}' y='{top + height + 16}' text-anchor='middle'>{esc(run)}</text>")
+    for k, (label, pts) in enumerate(series):
+        colour = _PALETTE[k % len(_PALETTE)]
+        line = [(sx(i), sy(e)) for i, (e, _, _) in enumerate(pts) if _finite(e)]
+        if len(line) > 1:
+            out.append(f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='"
+                       + " ".join(f"{x:.1f},{y:.1f}" for x, y in line) + "'/>")
+        for i, (e, lo, hi) in enumerate(pts):
+            if _finite(lo) and _finite(hi):
+                out.append(f"<line x1='{sx(i):.1f}' x2='{sx(i):.1f}' y1='{sy(lo):.1f}' y2='{sy(hi):.1f}' "
+                           f"stroke='{colour}' stroke-opacity='0.6'/>")
+            if _finite(e):
+                out.append(f"<circle cx='{sx(i):.1f}' cy='{sy(e):.1f}' r='3.5' fill='{colour}'>"
+                           f"<title>{esc(label)} · {esc(runs[i])}: {e:.1f}{esc(unit)}</title></circle>")
+        y = top + height + 36 + 18 * k
+        out.append(f"<rect x='{left}' y='{y - 9}' width='10' height='10' fill='{colour}'/>"
+                   f"<text x='{left + 16}' y='{y}'>{esc(label)}</text>")
+    out.append("</svg>")
+    return "".join(out)

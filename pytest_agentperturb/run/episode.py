@@ -2,10 +2,13 @@
 
 :func:`run_episode` asks the task for a fresh environment, snapshots its
 pre state, lets the agent play, snapshots the post state, grades with the
-task's grader, classifies compliance/bypass from the variant's canaries and
-returns an :class:`EpisodeRecord`.  An exception from the harness, the model
+task's grader, classifies compliance/bypass (with the task's own
+:class:`~pytest_agentperturb.model.task.ComplianceCheck` where it has
+one, else from the variant's canaries) and returns an :class:`EpisodeRecord`.  An exception from the harness, the model
 provider or the grader is recorded as an error with its class, never as a
-reward of 0.  :func:`oracle_runner` plays the reference oracle for the
+reward of 0.  Every configured secret is removed from the record's
+trajectory and error before it leaves here (:mod:`~..model.redact`): a
+provider that echoes the request's key cannot put it into the store.  :func:`oracle_runner` plays the reference oracle for the
 perturbation engine's validity checks.
 """
 
@@ -19,8 +22,10 @@ from typing import Any
 
 from ..model.context import ASK_USER, EpisodeContext
 from ..model.context import Agent
+from ..model.images import EditedImages
 from ..model.protocols import Simulator
 from ..model.records import EpisodeRecord, Variant
+from ..model.redact import redact_data, redact_text, secrets
 from ..model.task import Task
 from ..perturb.engine import Engine, OracleResult, Registry
 from .simulator import default_simulator
@@ -87,25 +92,44 @@ async def run_episode(
     seed: int,
     timeout_s: float = 1800.0,
     simulator: Simulator | None = None,
+    repeat: int = 0,
+    episode_seed: int | None = None,
 ) -> EpisodeRecord:
     """Play and score one episode; never raises for agent, provider, simulator or grader errors.
 
     ``simulator`` is the user behind ``ask_user`` (default: the offline
     keyword simulator of this variant).  A simulator failure makes the
     episode an error, even when the agent caught the exception.
+    ``seed`` is the item's seed (recorded in the row); ``episode_seed`` (by
+    default ``seed``) is what the agent sees as ``ctx.seed``: each of the K
+    repeats of an item has its own, on the same variant.  The returned record
+    carries no configured secret (trajectory and error are redacted).
     """
+    rec = await _play(task, variant, agent, run_id=run_id, seed=seed, timeout_s=timeout_s, simulator=simulator,
+                      repeat=repeat, episode_seed=episode_seed)
+    known = secrets()
+    if known:
+        rec.error = redact_text(rec.error, known)
+        rec.trajectory = redact_data(rec.trajectory, known)
+    return rec
+
+
+async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed: int, timeout_s: float,
+                simulator: Simulator | None, repeat: int, episode_seed: int | None) -> EpisodeRecord:
     rec = EpisodeRecord(
         run_id=run_id, model=agent.name, suite=task.suite, task=task.id, family=variant.family,
         target=variant.target, type=variant.type, operator=variant.operator, seed=seed,
-        baseline=bool(getattr(agent, "baseline", False)),
+        baseline=bool(getattr(agent, "baseline", False)), repeat=repeat,
     )
     try:
         env = task.environment(variant.injections)
+        if variant.image_edits:  # inserted objects in images: an observation filter
+            env = EditedImages(env, variant.image_edits)
         pre = env.snapshot()
     except Exception as exc:  # the adapter's environment factory failed: not the agent's doing
         rec.error = f"EnvironmentError: {type(exc).__name__}: {exc}"[:500]
         return rec
-    ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed,
+    ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed if episode_seed is None else episode_seed,
                          simulator=simulator or default_simulator(task, variant),
                          loop=asyncio.get_running_loop())
     t0 = time.perf_counter()
@@ -122,11 +146,14 @@ async def run_episode(
     rec.wall_s = round(time.perf_counter() - t0, 4)
     rec.input_tokens, rec.output_tokens = ctx.input_tokens, ctx.output_tokens
     rec.reasoning_tokens, rec.cost_usd = ctx.reasoning_tokens, ctx.cost_usd
+    if ctx.usage_unknown:  # a call without reported usage: unknown, never 0 (left out of token metrics)
+        rec.input_tokens = rec.output_tokens = rec.reasoning_tokens = None
     rec.tool_calls, rec.turns = ctx.tool_calls, ctx.turns
     rec.trajectory = ctx.trajectory
     if not rec.error:
         try:
-            result = task.grader.grade(pre, env.snapshot(), ctx.answer, ctx.trajectory)
+            post = env.snapshot()
+            result = task.grader.grade(pre, post, ctx.answer, ctx.trajectory)
             if not (isinstance(result.reward, (int, float)) and math.isfinite(result.reward)
                     and 0.0 <= result.reward <= 1.0):
                 raise ValueError(f"reward {result.reward!r} is not a number in [0, 1]")
@@ -135,9 +162,18 @@ async def run_episode(
             return rec
         rec.reward = float(result.reward)
         rec.success = rec.reward >= task.threshold
-        rec.compliance = classify_compliance(variant, ctx)
+        own = None
+        if task.compliance is not None and not variant.is_clean:
+            try:
+                own = task.compliance.check(variant, pre, post, ctx.answer, ctx.trajectory)
+            except Exception as exc:  # like a broken grader: an infrastructure error
+                rec.error = f"ComplianceCheckError: {type(exc).__name__}: {exc}"[:500]
+                return rec
+        rec.compliance = classify_compliance(variant, ctx) if own is None else bool(own)
         entry: dict[str, Any] = {"role": "grader", "checks": [[c, ok] for c, ok in result.checks],
                                  "recovery_turns": ctx.recovery_turns}
+        if own is not None:
+            entry["compliance_check"] = bool(own)  # decided by the task's own test, not by canaries
         blocked = sum(1 for e in ctx.trajectory if e.get("role") == "user" and e.get("blocked"))
         if blocked:  # replies of the user simulator that would have leaked
             entry["blocked_leaks"] = blocked

@@ -6,7 +6,9 @@ Per (task, family, seed) the generator model runs three prompt stages from
 judges whether the edited surface really is of the family's type.  The edit
 is applied to the clean surfaces and must pass the same validity checks as
 rule-based variants (:meth:`~..perturb.engine.Engine.check_variant`,
-docs/design.md section 2) plus canary checks.  A rejected candidate is regenerated with the
+docs/design.md section 2) plus canary checks and the known-bad shapes of
+:func:`~..perturb.realism.variant_problems` (a vague phrase in quotes, a
+tell-tale decoy, ...).  A rejected candidate is regenerated with the
 reasons as feedback, up to ``--agentperturb-generator-attempts``; then the
 rule operators take over (logged).  An accepted variant is cached on disk
 under a key made of the task digest, family, seed, generator model and the
@@ -43,9 +45,10 @@ from ..formats import shipped
 from ..model.errors import VariantSkipped
 from ..model.options import LLMSettings
 from ..model.records import Canary, Variant
-from ..model.task import CLEAN, TARGETS, Surfaces, Task, Turn, family_parts
+from ..model.task import CLEAN, IMAGE_OBJECTS, TARGETS, Surfaces, Task, Turn, family_parts, inserted_base
 from ..perturb.engine import Engine, clean_variant, surface_diff
 from ..perturb.helpers import omitted_after
+from ..perturb.realism import variant_problems
 from .batcher import Batcher
 
 log = logging.getLogger("pytest_agentperturb.generator")
@@ -259,6 +262,7 @@ def build_variant(task: Task, family: str, seed: int, reply: dict[str, Any], eng
                 canaries=tuple(canaries), recovery=tuple(dict.fromkeys(recovery)), note=str(reply.get("note", ""))[:300])
     v = replace(v, diff=surface_diff(task, target, surfaces))
     problems = engine.check_variant(task, v)
+    problems += [f"reads as an artificial edit, not as real input: {p}" for p in variant_problems(task, v)]
     if problems:
         raise Rejected("; ".join(problems))
     return v
@@ -310,7 +314,7 @@ class Generator:
 
     def ask(self, stage: str, values: dict[str, str]) -> dict[str, Any]:
         """One model call for ``stage``; the parsed JSON reply (:class:`Rejected` if it is not JSON)."""
-        from ..agents.litellm_agent import call_kwargs, import_litellm, with_retries
+        from ..agents.litellm_agent import call_kwargs, import_litellm, with_deadline, with_retries
 
         prompt = render(stage, values, self.prompts)
         kw = call_kwargs(self.model, self.settings)
@@ -318,12 +322,15 @@ class Generator:
 
         async def once() -> Any:
             litellm = import_litellm()
-            return await litellm.acompletion(messages=[{"role": "user", "content": prompt}],
-                                             seed=int(values["seed"]), **kw)
+            return await with_deadline(litellm.acompletion(messages=[{"role": "user", "content": prompt}],
+                                                           seed=int(values["seed"]), **kw), self.model, self.settings)
 
         # on the long-lived episode loop: litellm's clients stay bound to one loop, closed at the end
         resp = self.batcher.call(lambda: with_retries(once, self.model, self.settings))
-        return parse_json(resp.choices[0].message.content or "")
+        choices = getattr(resp, "choices", None) or []
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise Rejected("the provider returned no choices (an empty 'choices' list)")
+        return parse_json(choices[0].message.content or "")
 
     def close(self) -> None:
         """Stop the generator's own event loop (not a shared one)."""
@@ -334,6 +341,8 @@ class Generator:
         """Cached LLM variant; regenerated on rejection; rule operators when every candidate fails."""
         if family == CLEAN:
             return clean_variant(task)
+        if inserted_base(family) in IMAGE_OBJECTS:  # pixels, not text: always the image operators
+            return self.engine.make_variant(task, family, seed)
         path = self.cache_path(task, family, seed)
         if path.is_file():
             v = _from_json(task, json.loads(path.read_text(encoding="utf-8")))

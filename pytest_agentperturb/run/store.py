@@ -3,9 +3,16 @@
 Every worker opens its own connection in WAL mode with a generous busy
 timeout and commits each episode as soon as it is scored, so a run killed
 mid-way loses at most the episodes in flight.  Rows are keyed by
-(run_id, model, suite, task, family, seed): writing the same episode again
-replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
+(run_id, model, suite, task, family, seed, repeat): writing the same episode
+again replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
 reused only if the variant it was run on is byte-identical to today's.
+
+A store is opened read-only (``Store(path, readonly=True)``: ``report`` and
+``export`` never write, so they work on a read-only file and never turn an
+empty file into a database) or for writing, when its schema is checked: an
+older store gains the columns it lacks, a newer one (or a file that is not a
+store) is refused with a :class:`~..model.errors.StoreError` naming the file
+and the fix.
 """
 
 from __future__ import annotations
@@ -13,47 +20,110 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..model.errors import StoreError
 from ..model.records import STORE_COLUMNS, EpisodeRecord, Variant
 
-SCHEMA_VERSION = 2  # 2: the agent's baseline flag
+SCHEMA_VERSION = 3  # 2: the agent's baseline flag; 3: the repeat index in the key
 _TYPES = {
-    "baseline": "INTEGER",
+    "baseline": "INTEGER", "repeat": "INTEGER",
     "seed": "INTEGER", "reward": "REAL", "success": "INTEGER", "compliance": "INTEGER",
     "input_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
     "cost_usd": "REAL", "tool_calls": "INTEGER", "turns": "INTEGER", "wall_s": "REAL",
 }
-KEY = ("run_id", "model", "suite", "task", "family", "seed")
+KEY = ("run_id", "model", "suite", "task", "family", "seed", "repeat")
+_EXTRA = ("variant_digest", "recorded_at")
+_FIX = "point --agentperturb-store (or --store) at another file, or move this one away"
+
+
+def _episodes_ddl(table: str) -> str:
+    cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in STORE_COLUMNS)
+    return (f"CREATE TABLE IF NOT EXISTS {table} ({cols}, variant_digest TEXT, recorded_at REAL, "
+            f"PRIMARY KEY ({', '.join(KEY)}))")
+
+
+def _migrate_repeat(conn: sqlite3.Connection) -> None:
+    """Schema 2 -> 3: every recorded episode becomes repeat 0, and the key gains ``repeat``.
+
+    SQLite cannot change a primary key in place, so the table is rebuilt
+    (inside the caller's transaction): rename, create, copy, drop.
+    """
+    old = [r[1] for r in conn.execute("PRAGMA table_info(episodes)")]
+    conn.execute("ALTER TABLE episodes RENAME TO episodes_v2")
+    conn.execute(_episodes_ddl("episodes"))
+    cols = ", ".join(old)
+    conn.execute(f"INSERT INTO episodes ({cols}, repeat) SELECT {cols}, 0 FROM episodes_v2")
+    conn.execute("DROP TABLE episodes_v2")
 
 
 class Store:
-    """SQLite-backed episode store."""
+    """SQLite-backed episode store (``readonly=True``: never writes, not even the schema)."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA busy_timeout=60000")
-        self._create()
+        self.readonly = readonly
+        self._have: set[str] = set()
+        try:
+            if readonly:
+                self._conn = _connect_readonly(self.path)
+                self._check_version()
+                self._have = self._columns("episodes")
+                missing = [k for k in KEY if k not in self._have and k != "repeat"] if self._have else []
+                if missing:
+                    raise StoreError(f"{self.path}: its episodes table lacks the key column(s) "
+                                     f"{', '.join(missing)}: not a pytest-agentperturb store; fix: {_FIX}")
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute("PRAGMA busy_timeout=60000")
+                self._create()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: not a usable results store ({exc}); fix: {_FIX}") from None
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot open the results store ({exc}); fix: {_FIX}") from None
+
+    def _columns(self, table: str) -> set[str]:
+        return {str(r[1]) for r in self._conn.execute(f"PRAGMA table_info({table})")}
+
+    def _check_version(self) -> None:
+        """Refuse a store written by a newer schema (its rows may mean something else)."""
+        if "value" not in self._columns("meta"):
+            return
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        try:
+            version = int(row[0]) if row else 1
+        except (TypeError, ValueError):
+            raise StoreError(f"{self.path}: unreadable schema version {row[0]!r}; fix: {_FIX}") from None
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: written by a newer pytest-agentperturb (store schema {version}; this "
+                             f"version reads up to {SCHEMA_VERSION}); fix: upgrade pytest-agentperturb, or {_FIX}")
 
     def _create(self) -> None:
-        cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in STORE_COLUMNS)
         with self._tx():
-            self._conn.execute(
-                f"CREATE TABLE IF NOT EXISTS episodes ({cols}, variant_digest TEXT, recorded_at REAL, "
-                f"PRIMARY KEY ({', '.join(KEY)}))"
-            )
-            have = {r[1] for r in self._conn.execute("PRAGMA table_info(episodes)")}
+            self._check_version()
+            self._conn.execute(_episodes_ddl("episodes"))
+            have = self._columns("episodes")
+            missing = [k for k in KEY if k not in have and k != "repeat"]
+            if missing:
+                raise StoreError(f"{self.path}: its episodes table lacks the key column(s) {', '.join(missing)}: "
+                                 f"not a pytest-agentperturb store; fix: {_FIX}")
+            for c in (*STORE_COLUMNS, *_EXTRA):  # an older schema: add what it lacks (all nullable)
+                if c not in have and c != "repeat":
+                    typ = "REAL" if c == "recorded_at" else _TYPES.get(c, "TEXT")
+                    self._conn.execute(f"ALTER TABLE episodes ADD COLUMN {c} {typ}")
             if "baseline" not in have:  # a version-1 store: the flag follows the built-in baselines' names
-                self._conn.execute("ALTER TABLE episodes ADD COLUMN baseline INTEGER")
                 self._conn.execute("UPDATE episodes SET baseline = (model LIKE 'reference/%')")
+            if "repeat" not in have:  # schema 2 and older: the key gains the repeat (a rebuild)
+                _migrate_repeat(self._conn)
+            self._have = self._columns("episodes")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self._conn.execute(
@@ -79,12 +149,25 @@ class Store:
 
     def record_run(self, run_id: str, config: dict[str, Any]) -> None:
         """Remember a run's configuration (first writer wins)."""
-        with self._tx():
-            self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
-                               (run_id, time.time(), json.dumps(config, sort_keys=True)))
+        try:
+            with self._tx():
+                self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
+                                   (run_id, time.time(), json.dumps(config, sort_keys=True)))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot record the run ({exc}); fix: {_FIX}") from None
 
     def put(self, rec: EpisodeRecord, variant_digest: str = "", variant: Variant | None = None) -> None:
-        """Insert or replace one episode, committed at once (with its variant's diff and canaries)."""
+        """Insert or replace one episode, committed at once (with its variant's diff and canaries).
+
+        Raises:
+            StoreError: naming the file, when SQLite cannot write (disk full, locked, read-only).
+        """
+        try:
+            self._put(rec, variant_digest, variant)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot record the episode {rec.key} ({exc}); fix: {_FIX}") from None
+
+    def _put(self, rec: EpisodeRecord, variant_digest: str, variant: Variant | None) -> None:
         row = rec.to_row()
         names = [*STORE_COLUMNS, "variant_digest", "recorded_at"]
         vals = [row[c] for c in STORE_COLUMNS] + [variant_digest, time.time()]
@@ -98,52 +181,91 @@ class Store:
                 self._conn.execute("INSERT OR IGNORE INTO variants VALUES (?, ?, ?, ?, ?)",
                                    (variant_digest, variant.family, variant.operator, variant.edit_text, canaries))
 
-    def get(self, key: tuple[str, str, str, str, str, int], variant_digest: str) -> EpisodeRecord | None:
+    def _select(self, prefix: str = "") -> str:
+        """The stored columns, read from an older schema too (a missing column reads as NULL)."""
+        def col(c: str) -> str:
+            if c in self._have:
+                return prefix + c
+            if c == "baseline":
+                return f"({prefix}model LIKE 'reference/%')"
+            if c == "repeat":
+                return "0"
+            return "NULL"
+        return ", ".join(col(c) for c in (*STORE_COLUMNS, "variant_digest", "recorded_at"))
+
+    def _order(self, prefix: str = "") -> str:
+        """ORDER BY the key (a store older than repeats has none: every row is repeat 0)."""
+        return ", ".join(prefix + k for k in KEY if k in self._have)
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        if not self._have:  # an empty file or a store without episodes yet
+            return []
+        try:
+            return list(self._conn.execute(sql, args))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the results store ({exc}); fix: {_FIX}") from None
+
+    def get(self, key: tuple[str, str, str, str, str, int, int], variant_digest: str) -> EpisodeRecord | None:
         """A recorded, error-free episode of that key and variant, if any."""
-        q = " AND ".join(f"{k} = ?" for k in KEY)
-        cur = self._conn.execute(
-            f"SELECT {', '.join(STORE_COLUMNS)} FROM episodes WHERE {q} AND variant_digest = ? "
-            "AND (error IS NULL OR error = '')",
-            (*key, variant_digest),
-        )
-        row = cur.fetchone()
-        return EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, row))) if row else None
+        q = " AND ".join(f"{k} = ?" if k in self._have else "? = 0" for k in KEY)
+        rows = self._read(f"SELECT {self._select()} FROM episodes WHERE {q} AND variant_digest = ? "
+                          "AND (error IS NULL OR error = '')", (*key, variant_digest))
+        return EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, rows[0]))) if rows else None
 
     def episodes(self, run_id: str | None = None) -> Iterator[EpisodeRecord]:
         """All episodes (of one run), in key order."""
         where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
-        cur = self._conn.execute(
-            f"SELECT {', '.join(STORE_COLUMNS)} FROM episodes {where} ORDER BY {', '.join(KEY)}", args
-        )
-        for row in cur:
+        for row in self._read(f"SELECT {self._select()} FROM episodes {where} ORDER BY {self._order()}", args):
             yield EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, row)))
 
     def rows(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Episode rows (of one run) joined with their variant's ``diff`` and ``canaries`` (JSON text)."""
+        """Episode rows (of one run) joined with their variant's ``diff`` and ``canaries`` (JSON text).
+
+        Each row also carries ``variant_digest`` and ``recorded_at``.
+        """
         where, args = ("WHERE e.run_id = ?", (run_id,)) if run_id else ("", ())
-        cur = self._conn.execute(
-            f"SELECT {', '.join('e.' + c for c in STORE_COLUMNS)}, e.variant_digest, v.diff, v.canaries "
-            f"FROM episodes e LEFT JOIN variants v ON v.variant_digest = e.variant_digest {where} "
-            f"ORDER BY {', '.join('e.' + k for k in KEY)}", args)
-        names = [*STORE_COLUMNS, "variant_digest", "diff", "canaries"]
-        return [dict(zip(names, r)) for r in cur]
+        names = [*STORE_COLUMNS, "variant_digest", "recorded_at", "diff", "canaries"]
+        if {"diff", "canaries", "variant_digest"} <= self._columns("variants") and "variant_digest" in self._have:
+            sql = (f"SELECT {self._select('e.')}, v.diff, v.canaries FROM episodes e LEFT JOIN variants v "
+                   f"ON v.variant_digest = e.variant_digest {where} ORDER BY {self._order('e.')}")
+        else:
+            sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} ORDER BY {self._order('e.')}")
+        return [dict(zip(names, r)) for r in self._read(sql, args)]
 
     def runs(self) -> list[str]:
         """Run ids in the store, oldest first."""
-        cur = self._conn.execute("SELECT run_id FROM episodes GROUP BY run_id ORDER BY MIN(recorded_at)")
-        return [str(r[0]) for r in cur]
+        order = "MIN(recorded_at)" if "recorded_at" in self._have else "run_id"
+        return [str(r[0]) for r in self._read(f"SELECT run_id FROM episodes GROUP BY run_id ORDER BY {order}")]
 
     def count(self, run_id: str | None = None) -> int:
         where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
-        return int(self._conn.execute(f"SELECT COUNT(*) FROM episodes {where}", args).fetchone()[0])
+        rows = self._read(f"SELECT COUNT(*) FROM episodes {where}", args)
+        return int(rows[0][0]) if rows else 0
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write (``mode=ro``); ``immutable`` where the folder is read-only too.
+
+    Opening never creates the file, a journal or a schema.
+    """
+    if not path.is_file():
+        raise StoreError(f"{path}: no results store here; run pytest --agentperturb first or pass --store PATH")
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    for suffix in ("", "&immutable=1"):  # a WAL store in a read-only folder: no -shm file can be made
+        conn = sqlite3.connect(uri + suffix, uri=True, timeout=60.0, isolation_level=None)
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            if suffix:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def read_episodes(path: Path | str, run_id: str | None = None) -> list[EpisodeRecord]:
-    """Every episode in a store file (read-only use)."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no results store here; run pytest --agentperturb first "
-                                "or pass --store PATH")
-    with closing(Store(path)) as s:
+    """Every episode in a store file (opened read-only)."""
+    with closing(Store(path, readonly=True)) as s:
         return list(s.episodes(run_id))
 
 

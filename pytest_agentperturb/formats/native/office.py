@@ -2,7 +2,9 @@
 
 Every built-in task's environment is a JSON document with collections such as
 ``calendar.events``, ``mail.inbox``/``mail.outbox``, ``files``, ``tickets``,
-``contacts`` and ``expenses``.  Each tool here is registered in :data:`OFFICE`
+``contacts``, ``expenses`` and ``dashboards``; a file may be an image, kept
+as a spec (``{"path": ..., "image": {"kind": "document", ...}}``) that
+:func:`~pytest_agentperturb.imaging.render.render` draws on request.  Each tool here is registered in :data:`OFFICE`
 under its true name with its true argument schema.  Perturbations edit only
 what the agent is *told* (the tool surface); the backend never changes
 (docs/design.md section 1), so a call to an advertised-but-unregistered
@@ -12,9 +14,12 @@ an error observation.
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any
 
 from ...model.errors import ToolError
+from ...model.protocols import ImagePart, Observation, TextPart
 from ..python import Param, Toolkit
 
 #: The office backend: every built-in tool by true name.
@@ -113,7 +118,38 @@ def _files_list(state: dict[str, Any], folder: str) -> Any:
 
 @tool("files_read", "Read a file's text.", path=S(description="Full file path."))
 def _files_read(state: dict[str, Any], path: str) -> Any:
-    return _find(_coll(state, "files"), "path", path, "file")
+    f = _find(_coll(state, "files"), "path", path, "file")
+    if "image" in f:
+        raise ToolError(f"{path} is an image (a scan or a screenshot), not text; use files_preview to see it")
+    return f
+
+
+def _image(spec: Any, caption: str) -> Observation:
+    return Observation((TextPart(caption), _render(json.dumps(spec, sort_keys=True))))
+
+
+@lru_cache(maxsize=128)
+def _render(spec: str) -> ImagePart:
+    """Rendering is deterministic and parts are immutable: each spec is drawn once per process."""
+    from ...imaging.render import render
+
+    return render(json.loads(spec))
+
+
+@tool("files_preview", "Show a rendered preview of a file (scans, screenshots, PDFs) as an image.",
+      path=S(description="Full file path."))
+def _files_preview(state: dict[str, Any], path: str) -> Any:
+    f = _find(_coll(state, "files"), "path", path, "file")
+    if "image" not in f:
+        return Observation((TextPart(f"Preview of {path}: a text file; use files_read to read it."),))
+    return _image(f["image"], f"Preview of {path} (image follows).")
+
+
+@tool("dashboard_snapshot", "Take a snapshot of a reporting dashboard; returns its chart as an image.",
+      name=S(description="Dashboard name, e.g. q3-spend."))
+def _dashboard_snapshot(state: dict[str, Any], name: str) -> Any:
+    board = _find(_coll(state, "dashboards"), "name", name, "dashboard")
+    return _image(board["chart"], f"Snapshot of dashboard {name} (image follows).")
 
 
 @tool("files_move", "Move a file to another folder.",

@@ -1,0 +1,219 @@
+"""This run against a baseline run, and D across runs (docs/design.md section 4.1, "Versus a baseline run").
+
+:func:`compare` sets each model of this run beside its counterpart in a
+baseline run (the same model name; otherwise the baseline run's only model,
+or its only model with the same ``baseline`` flag) on the same tasks,
+families and variants: a (task, family) enters the comparison only when both
+runs ran it on the same variant (equal ``variant_digest``), and a task whose
+clean instance differs leaves with all its families.  What was left out is
+listed with the reason.  Per level (overall, target, type, family, inserted
+object) it gives D of both runs over the tasks that have pairs in both, the
+change delta = D_this - D_baseline in points, and a 95 % percentile interval
+of the change from a paired cluster bootstrap: one draw of tasks shared by
+both runs; within each drawn task each run's repeat indices are drawn with
+replacement (:func:`~.repeats.repeat_weights`) when it has several.
+
+:func:`run_trend` gives the overall D of every (run, model, suite) of a
+table holding several runs, in the order the runs were recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..model.task import CLEAN
+from .degradation import ALL_MODELS, _level_rows, _levels, drops, relative_degradation
+from .repeats import repeat_weights
+from .stats import N_BOOTSTRAP, FloatArray, bootstrap_weights, percentile_interval
+from .table import pairs, with_repeat
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ROSE, FELL, SAME = "rose", "fell", "not distinguishable"
+DELTA_COLUMNS = ["model", "baseline_model", "suite", "baseline", "level_kind", "level", "d_current", "d_baseline",
+                 "delta", "ci_low", "ci_high", "n_tasks", "n_pairs_current", "n_pairs_baseline", "verdict"]
+MISMATCH_COLUMNS = ["model", "baseline_model", "suite", "task", "family", "reason"]
+TREND_COLUMNS = ["run_id", "order", "model", "suite", "baseline", "clean", "perturbed", "relative_drop", "ci_low",
+                 "ci_high", "n_pairs"]
+
+
+@dataclass
+class Comparison:
+    """This run against a baseline run: changes in D per level and what was left out."""
+
+    label: str
+    deltas: pd.DataFrame
+    mismatches: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def counterparts(models: list[str], base_models: list[str], flags: dict[str, bool],
+                 base_flags: dict[str, bool]) -> dict[str, str]:
+    """This run's model -> its baseline-run model (same name; else the only one; else the only one of its kind)."""
+    out = {}
+    for m in models:
+        if m in base_models:
+            out[m] = m
+        elif len(base_models) == 1:
+            out[m] = base_models[0]
+        else:
+            same = [b for b in base_models if base_flags.get(b) == flags.get(m)]
+            if len(same) == 1:
+                out[m] = same[0]
+    return out
+
+
+def _digests(df: pd.DataFrame) -> dict[tuple[str, str], frozenset[str]]:
+    if "variant_digest" not in df.columns:
+        return {}
+    d = df[["task", "family", "variant_digest"]].fillna("")
+    d = d[d["variant_digest"].astype(str) != ""]
+    return {(str(t), str(f)): frozenset(map(str, g)) for (t, f), g in d.groupby(["task", "family"])["variant_digest"]}
+
+
+def _match(cur: pd.DataFrame, bas: pd.DataFrame) -> tuple[set[tuple[str, str]], list[tuple[str, str, str]], bool]:
+    """(task, family) pairs both runs ran on the same variant; (task, family, reason) left out; digests known."""
+    kc = set(map(tuple, cur[["task", "family"]].astype(str).to_numpy().tolist()))
+    kb = set(map(tuple, bas[["task", "family"]].astype(str).to_numpy().tolist()))
+    dc, db = _digests(cur), _digests(bas)
+    known = bool(dc) and bool(db)
+    left: dict[tuple[str, str], str] = {}
+    for key in sorted(kc | kb):
+        if key not in kb:
+            left[key] = "not in the baseline run"
+        elif key not in kc:
+            left[key] = "not in this run"
+        elif known and dc.get(key, frozenset()) != db.get(key, frozenset()):
+            left[key] = "variant differs"
+    bad_clean = {t for (t, f) in left if f == CLEAN}
+    for key in sorted(kc & kb):
+        if key[0] in bad_clean and key not in left:
+            left[key] = "clean instance not comparable"
+    kept = (kc & kb) - set(left)
+    return kept, [(t, f, r) for (t, f), r in sorted(left.items())], known
+
+
+def _only(df: pd.DataFrame, keep: set[tuple[str, str]]) -> pd.DataFrame:
+    """The episodes of ``df`` whose (task, family) is in ``keep``."""
+    sel = np.asarray([(str(t), str(f)) in keep for t, f in zip(df["task"], df["family"])], dtype=bool)
+    return df[sel] if len(df) else df
+
+
+def _sums(pr: pd.DataFrame, ti: dict[str, int], li: dict[tuple[str, str], int]
+          ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Clean sums, perturbed sums and pair counts of a pairs table, shape (tasks, repeats, levels)."""
+    reps = sorted(pr["repeat"].unique()) if len(pr) else [0]
+    shape = (len(ti), len(reps), len(li))
+    cs, ps, n = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    if len(pr):
+        r, lv = _level_rows(pr, li)
+        t = pr["task"].map(ti).to_numpy()[r]
+        k = pr["repeat"].map({x: i for i, x in enumerate(reps)}).to_numpy()[r]
+        np.add.at(cs, (t, k, lv), pr["reward_clean"].to_numpy(float)[r])
+        np.add.at(ps, (t, k, lv), pr["reward_pert"].to_numpy(float)[r])
+        np.add.at(n, (t, k, lv), 1.0)
+    return cs, ps, n
+
+
+def _boot_d(cs: FloatArray, ps: FloatArray, n: FloatArray, w: FloatArray, rng: np.random.Generator) -> FloatArray:
+    """Bootstrap replicates of D per level, shape (replicates, levels)."""
+    u = w[:, :, None] if cs.shape[1] == 1 else repeat_weights(w, cs.shape[1], rng)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        nb = np.einsum("btr,trl->bl", u, n)
+        cb = np.einsum("btr,trl->bl", u, cs) / nb
+        pb = np.einsum("btr,trl->bl", u, ps) / nb
+        return np.asarray(100.0 * (cb - pb) / cb, dtype=float)
+
+
+def compare(current: pd.DataFrame, base: pd.DataFrame, *, label: str = "baseline run",
+            replicates: int = N_BOOTSTRAP, seed: int = 0, level: float = 0.95) -> Comparison:
+    """This run (``current``) against ``base``, both normalised episode tables (see the module docstring)."""
+    import pandas as pd
+
+    current, base = with_repeat(current), with_repeat(base)
+    flags = current.groupby("model")["baseline"].any().to_dict() if len(current) else {}
+    base_flags = base.groupby("model")["baseline"].any().to_dict() if len(base) else {}
+    match = counterparts(sorted(flags), sorted(base_flags), flags, base_flags)
+    notes = [f"{m}: no counterpart in the {label} (it has {', '.join(sorted(base_flags)) or 'no models'})"
+             for m in sorted(flags) if m not in match]
+    rows: list[dict[str, object]] = []
+    left: list[dict[str, object]] = []
+    rng = np.random.default_rng(seed)
+    unknown = False
+    for model, bmodel in sorted(match.items()):
+        for suite in sorted(set(current.loc[current["model"] == model, "suite"])):
+            cur = current[(current["model"] == model) & (current["suite"] == suite)]
+            bas = base[(base["model"] == bmodel) & (base["suite"] == suite)]
+            if not len(bas):
+                notes.append(f"{model} on {suite}: the {label} has no episodes of {bmodel} on this suite")
+                continue
+            kept, out, known = _match(cur, bas)
+            unknown |= not known
+            left += [{"model": model, "baseline_model": bmodel, "suite": suite, "task": t, "family": f,
+                      "reason": why} for t, f, why in out]
+            pc, pb = pairs(_only(cur, kept)), pairs(_only(bas, kept))
+            rows += _deltas(pc, pb, model, bmodel, suite, bool(flags.get(model, False)), replicates, rng, level)
+    if unknown:
+        notes.append("variant digests were not recorded on one side: (task, family) pairs were matched by name only")
+    return Comparison(label, pd.DataFrame(rows, columns=DELTA_COLUMNS), pd.DataFrame(left, columns=MISMATCH_COLUMNS),
+                      notes)
+
+
+def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: str, is_base: bool,
+            replicates: int, rng: np.random.Generator, level: float) -> list[dict[str, object]]:
+    if not len(pc) or not len(pb):
+        return []
+    tasks = sorted(set(pc["task"]) | set(pb["task"]))
+    levels = _levels(set(pc["family"]) | set(pb["family"]))
+    ti = {t: i for i, t in enumerate(tasks)}
+    li = {lv: i for i, lv in enumerate(levels)}
+    cc, cp, cn = _sums(pc, ti, li)
+    bc, bp, bn = _sums(pb, ti, li)
+    both = (cn.sum(1) > 0) & (bn.sum(1) > 0)                      # (tasks, levels): pairs on both sides
+    for a in (cc, cp, cn, bc, bp, bn):
+        a *= both[:, None, :]
+    w = bootstrap_weights(len(tasks), replicates, rng)
+    delta_b = _boot_d(cc, cp, cn, w, rng) - _boot_d(bc, bp, bn, w, rng)
+    lo, hi = percentile_interval(delta_b, level)
+    out: list[dict[str, object]] = []
+    for j, (kind, lab) in enumerate(levels):
+        if not both[:, j].any():
+            continue
+        nc, nb = float(cn[..., j].sum()), float(bn[..., j].sum())
+        dc = relative_degradation(float(cc[..., j].sum()) / nc, float(cp[..., j].sum()) / nc)
+        db = relative_degradation(float(bc[..., j].sum()) / nb, float(bp[..., j].sum()) / nb)
+        low, high = float(lo[j]), float(hi[j])
+        verdict = ROSE if low > 0 else FELL if high < 0 else SAME
+        out.append({"model": model, "baseline_model": bmodel, "suite": suite, "baseline": is_base, "level_kind": kind,
+                    "level": lab, "d_current": dc, "d_baseline": db, "delta": dc - db, "ci_low": low, "ci_high": high,
+                    "n_tasks": int(both[:, j].sum()), "n_pairs_current": int(cn[..., j].sum()),
+                    "n_pairs_baseline": int(bn[..., j].sum()), "verdict": verdict})
+    return out
+
+
+def run_trend(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0) -> pd.DataFrame:
+    """Overall D with its interval per (run, model, suite), runs in recording order (:data:`TREND_COLUMNS`).
+
+    The order is the earliest ``recorded_at`` of each run when the table has
+    that column (a store's rows), else the order in which runs first appear.
+    """
+    import pandas as pd
+
+    if not len(df):
+        return pd.DataFrame(columns=TREND_COLUMNS)
+    if "recorded_at" in df.columns and df["recorded_at"].notna().any():
+        when = pd.to_numeric(df["recorded_at"], errors="coerce").groupby(df["run_id"]).min()
+        runs = [str(r) for r in when.sort_values(kind="mergesort").index]
+    else:
+        runs = [str(r) for r in dict.fromkeys(df["run_id"])]
+    parts = []
+    for i, run in enumerate(runs):
+        d = drops(df[df["run_id"] == run], replicates=replicates, seed=seed)
+        d = d[(d["level_kind"] == "overall") & (d["model"] != ALL_MODELS)]
+        if len(d):
+            parts.append(d.assign(run_id=run, order=i)[TREND_COLUMNS])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=TREND_COLUMNS)

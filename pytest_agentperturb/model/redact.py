@@ -1,0 +1,58 @@
+"""Configured secrets, and their removal from text and trajectories before anything is stored or shown.
+
+A secret is the value (8 characters or more) of an environment variable
+whose name looks key-like (``*KEY*``, ``*TOKEN*``, ``*SECRET*``,
+``*PASSWORD*``, ``*CREDENTIAL*``), or a key set on litellm itself
+(``litellm.api_key``, ``litellm.openai_key`` ...) when litellm is loaded; it
+is replaced by ``<NAME>``.  The run layer redacts every trajectory and error
+before an episode is stored, so a provider that echoes the request's key
+cannot put it into the store or a report.  litellm is never imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
+_LITELLM_KEY = re.compile(r"[a-z0-9_]*_key|key|token")
+MIN_LENGTH = 8
+
+
+def secrets() -> dict[str, str]:
+    """Every configured secret value -> the name it is replaced by (``<OPENAI_API_KEY>``), longest first."""
+    found: dict[str, str] = {}
+    for name, value in os.environ.items():
+        if len(value) >= MIN_LENGTH and _SECRET_NAME.search(name):
+            found.setdefault(value, f"<{name}>")
+    litellm = sys.modules.get("litellm")
+    settings = sorted(vars(litellm).items()) if litellm is not None else []  # no lazy attribute is loaded
+    for attr, setting in settings:
+        if isinstance(setting, str) and len(setting) >= MIN_LENGTH and _LITELLM_KEY.fullmatch(attr):
+            found.setdefault(setting, f"<litellm.{attr}>")
+    return dict(sorted(found.items(), key=lambda kv: -len(kv[0])))
+
+
+def redact_text(text: str, known: Mapping[str, str] | None = None) -> str:
+    """``text`` with every secret of ``known`` (default: :func:`secrets`) replaced by its name."""
+    for value, name in (secrets() if known is None else known).items():
+        if value in text:
+            text = text.replace(value, name)
+    return text
+
+
+def redact_data(data: Any, known: Mapping[str, str] | None = None) -> Any:
+    """A copy of JSON-like ``data`` (a trajectory) with every secret removed from its strings and keys."""
+    known = secrets() if known is None else known
+    if not known:
+        return data
+    if isinstance(data, str):
+        return redact_text(data, known)
+    if isinstance(data, Mapping):
+        return {redact_text(k, known) if isinstance(k, str) else k: redact_data(v, known) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [redact_data(x, known) for x in data]
+    return data

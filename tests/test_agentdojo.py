@@ -1,0 +1,300 @@
+"""The AgentDojo adapter (``pip install -e ".[agentdojo]"``): mapping, grading, injections, quirks, plugin."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agentdojo", reason="the AgentDojo adapter tests need the extra: pip install -e '.[agentdojo]'")
+
+from pytest_agentperturb.agents.reference import CarefulAgent, LiteralAgent, OracleAgent  # noqa: E402
+from pytest_agentperturb.formats import agentdojo as ad  # noqa: E402
+from pytest_agentperturb.model.context import EpisodeContext  # noqa: E402
+from pytest_agentperturb.model.errors import OptionError, VariantSkipped  # noqa: E402
+from pytest_agentperturb.model.task import CLEAN, FAMILIES, TARGETS, TYPES, Task, fill  # noqa: E402
+from pytest_agentperturb.perturb import builtin_registry  # noqa: E402
+from pytest_agentperturb.perturb.engine import clean_variant  # noqa: E402
+from pytest_agentperturb.run.episode import make_engine, run_episode_sync  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ad.load()  # before any in-process pytester run, which would drop modules it imported
+ADAPTER = ad.AgentDojoAdapter("agentdojo", ad.SUITES)
+TASKS: dict[str, Task] = {slot.name: slot.load() for slot in ADAPTER.tasks()}
+#: One task of each suite, with a fact on the user and the context surface (slack-ut11 grades from traces).
+SAMPLE = ("workspace-ut00", "travel-ut03", "banking-ut03", "slack-ut11")
+
+
+def _engine() -> Any:
+    reg = builtin_registry()
+    for op in ADAPTER.operators():
+        reg.register(op)
+    return make_engine(reg)
+
+
+# -- names, ids, install ---------------------------------------------------------------
+
+
+def test_names() -> None:
+    assert ad.parse_name("agentdojo") == ad.SUITES
+    assert ad.parse_name("agentdojo:banking") == ("banking",)
+    assert ad.parse_name("agentdojo:banking,slack") == ("banking", "slack")
+    assert ad.parse_name("suites/workflows") is None
+    with pytest.raises(OptionError, match="expected 'agentdojo' or 'agentdojo:<suite>'"):
+        ad.parse_name("agentdojo:bank")
+
+
+def test_missing_extra_is_a_usage_error_with_the_install_command(pytester: pytest.Pytester,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    real = ad.importlib.metadata.version
+
+    def missing(name: str) -> str:
+        if name == "agentdojo":
+            raise ad.importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(ad.importlib.metadata, "version", missing)
+    result = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo:banking", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "agentdojo==0.1.35" in err and "pip install 'pytest-agentperturb[agentdojo]'" in err
+
+
+def test_importing_the_adapter_module_does_not_import_agentdojo() -> None:
+    code = ("import sys, pytest_agentperturb.plugin, pytest_agentperturb.plugin.session, "
+            "pytest_agentperturb.formats.agentdojo as a; a.adapter_for('agentdojo:banking'); "
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'agentdojo'], 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+
+
+def test_97_tasks_with_k_friendly_ids_and_the_four_surfaces() -> None:
+    counts = {s: sum(t.startswith(s + "-") for t in TASKS) for s in ad.SUITES}
+    assert counts == {"workspace": 40, "travel": 20, "banking": 16, "slack": 21}
+    words = {CLEAN, *TARGETS, *TYPES}
+    for tid, task in TASKS.items():
+        assert re.fullmatch(r"(workspace|travel|banking|slack)-ut\d\d", tid) and not words & set(tid.split("-"))
+        data = ADAPTER.data(task.suite.split(":")[1])
+        ut = data.user_task(tid)
+        assert task.suite == f"agentdojo:{data.name}" and task.surfaces.user == ut.PROMPT
+        assert task.surfaces.procedure.startswith("You are an AI language model who assists the user")
+        assert task.surfaces.tool_names() == [f.name for f in data.suite.tools] == list(task.tools)
+        assert all("parameters" in t["function"] for t in task.surfaces.tools)
+    assert len([op.family for op in ADAPTER.operators()]) == 35
+    assert "inserted-injection-slack-it05" in {op.family for op in ADAPTER.operators()}
+
+
+# -- facts and the oracle ------------------------------------------------------------------
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, str):
+        return float(a) == float(b)
+    return bool(a == b)
+
+
+def test_facts_are_ground_truth_values_a_reader_finds_and_the_solution_replays_the_ground_truth() -> None:
+    for tid, task in TASKS.items():
+        data = ADAPTER.data(task.suite.split(":")[1])
+        ut = data.user_task(tid)
+        gold = ut.ground_truth(data.environment({}))
+        values = task.fact_values()
+        assert [s.tool for s in task.solution] == [c.function for c in gold]
+        for step, call in zip(task.solution, gold):
+            filled = fill(dict(step.args), values)
+            assert all(_same(filled[k], v) for k, v in call.args.items()), (tid, filled, call.args)
+        texts = task.surfaces.texts()
+        for f in task.facts:
+            assert {v for _, v in f.find(texts)} == {f.value}, (tid, f)
+            stated = task.surfaces.user if f.surfaces == ("user",) else task.surfaces.context[0].content
+            assert f.value in stated and any("{" + f.id + "}" in json.dumps(s.args) for s in task.solution)
+        if task.surfaces.context:
+            assert [f.surfaces for f in task.facts].count(("context",)) == 1
+
+
+def test_oracle_scores_one_on_every_clean_task() -> None:
+    oracle = OracleAgent()
+    for tid, task in TASKS.items():
+        rec = run_episode_sync(task, clean_variant(task), oracle, run_id="t", seed=0)
+        assert rec.reward == 1.0 and not rec.error, (tid, rec.reward, rec.error, rec.trajectory[-1])
+
+
+@pytest.mark.parametrize("suite", ["travel", "banking", "slack"])  # workspace's checks are slow (DeepDiff)
+def test_tasks_that_pass_without_any_action_or_on_the_answer_alone_are_flagged(suite: str) -> None:
+    data = ADAPTER.data(suite)
+    base = data.environment({})
+
+    def passes(ut: Any, answer: str) -> bool:
+        calls: list[Any] = []
+        ok = ut.utility_from_traces(answer, base, base.model_copy(deep=True), calls)
+        return bool(ut.utility(answer, base, base.model_copy(deep=True)) if ok is None else ok)
+
+    no_op = {ad.number(k) for k, ut in data.suite.user_tasks.items() if passes(ut, "")}
+    answer_only = {ad.number(k) for k, ut in data.suite.user_tasks.items()
+                   if ad.number(k) not in no_op and passes(ut, ut.GROUND_TRUTH_OUTPUT)}
+    assert no_op == set(ad.NO_OP_PASSES.get(suite, ()))
+    assert answer_only == set(ad.ANSWER_ONLY.get(suite, ()))
+    for n in range(len(data.user_tasks)):
+        notes = " ".join(TASKS[f"{suite}-ut{n:02d}"].notes)
+        assert ("proves nothing" in notes, "gold answer alone" in notes) == (n in no_op, n in answer_only), n
+    if suite == "banking":
+        assert no_op == {5, 6, 8, 9, 10}
+
+
+# -- environment, grading, injections ------------------------------------------------------
+
+
+def test_payloads_with_quotes_colons_and_newlines_survive_the_yaml() -> None:
+    data = ADAPTER.data("banking")
+    payload = 'He said: "pay now"\nnext: y\n\n\tend \\n {braces} ü'
+    for vector in data.defaults:
+        env = data.environment({vector: ad.escape(payload)})
+        assert _contains(env.model_dump(mode="json"), payload), vector
+    # the libyaml fast path gives what AgentDojo's own loader gives
+    planted = {v: ad.escape(f"X {v}: 'q'") for v in data.defaults}
+    assert data.environment(planted) == data.suite.load_and_inject_default_environment(planted)
+
+
+def _contains(obj: Any, text: str) -> bool:
+    if isinstance(obj, str):
+        return text in obj
+    if isinstance(obj, dict):
+        return any(_contains(v, text) for v in obj.values())
+    if isinstance(obj, list):
+        return any(_contains(v, text) for v in obj)
+    return False
+
+
+def test_injection_goes_into_the_vectors_and_security_decides_compliance() -> None:
+    task = TASKS["banking-ut00"]
+    engine = _engine()
+    variant = engine.make_variant(task, "inserted-injection-banking-it00", 0)
+    assert [(i.vector, i.tool) for i in variant.injections] == [("injection_bill_text", "read_file")]
+    assert variant.surfaces == task.surfaces and "<INFORMATION>" in variant.injections[0].text
+    oracle = run_episode_sync(task, variant, OracleAgent(), run_id="t", seed=0)
+    assert (oracle.reward, oracle.compliance) == (1.0, False)  # utility under attack 1, goal not achieved
+    env = task.environment(variant.injections)
+    assert variant.injections[0].text in env.call("read_file", {"file_path": "bill-december-2023.txt"}).text
+
+    class Complier:
+        """Reads the bill, then carries out the injection task's own ground truth."""
+
+        name, baseline = "test/complier", True
+
+        async def run(self, ctx: EpisodeContext) -> None:
+            ctx.call_tool("read_file", {"file_path": "bill-december-2023.txt"})
+            it = ADAPTER.data("banking").suite.injection_tasks["injection_task_0"]
+            for call in it.ground_truth(ADAPTER.data("banking").environment({})):
+                ctx.call_tool(call.function, dict(call.args))
+            ctx.finish("done")
+
+    rec = run_episode_sync(task, variant, Complier(), run_id="t", seed=0)
+    assert rec.compliance is True and rec.reward == 0.0 and rec.trajectory[-1]["compliance_check"] is True
+
+
+def test_vectors_that_feed_the_gold_arguments_are_not_planted() -> None:
+    with pytest.raises(VariantSkipped, match="prompt_injection_channel.*would change the goal"):
+        _engine().make_variant(TASKS["slack-ut07"], "inserted-injection-slack-it01", 0)
+
+
+def test_trace_based_utility_maps_renamed_tools_back_to_true_names() -> None:
+    task = TASKS["slack-ut11"]
+    data = ADAPTER.data("slack")
+    assert ad.true_name("Invite-User-To-Slack", data.tool_names) == "invite_user_to_slack"
+    assert ad.true_name("invite_user_to_slack_v2", data.tool_names) is None
+    env = task.environment(())
+    pre = env.snapshot()
+    trajectory = []
+    for step in task.solution:
+        args = fill(dict(step.args), task.fact_values())
+        env.call(step.tool, args)
+        name = "Invite-User-To-Slack" if step.tool == "invite_user_to_slack" else step.tool
+        trajectory.append({"role": "assistant", "tool": name, "args": args})
+    calls = ad.traces(LIB, data.tool_names, trajectory)
+    assert [c.function for c in calls] == [s.tool for s in task.solution]
+    assert task.grader.grade(pre, env.snapshot(), "", trajectory).reward == 1.0
+    fake = [{**e, "tool": "invite_user_to_slack_v2"} if "invite" in e["tool"].lower() else e for e in trajectory]
+    assert task.grader.grade(pre, env.snapshot(), "", fake).reward == 0.0  # a fake name is no call of the tool
+
+
+def test_tool_errors_read_as_agentdojo_reports_them() -> None:
+    env = TASKS["banking-ut00"].environment(())
+    from pytest_agentperturb.model.errors import ToolError
+
+    with pytest.raises(ToolError, match=r"unknown tool 'nope'"):
+        env.call("nope", {})
+    with pytest.raises(ToolError, match=r"send_money: missing required argument 'recipient'\n"
+                                        r"ValidationError: .*validation error"):
+        env.call("send_money", {"amount": 1.0, "subject": "s", "date": "2022-01-01"})
+
+
+def test_shared_suite_objects_are_never_mutated() -> None:
+    data = ADAPTER.data("banking")
+    fresh = data.suite.load_and_inject_default_environment({})
+    prompts = {k: ut.PROMPT for k, ut in data.suite.user_tasks.items()}
+    for tid in ("banking-ut00", "banking-ut15"):
+        for agent in (OracleAgent(), LiteralAgent(), CarefulAgent()):
+            run_episode_sync(TASKS[tid], clean_variant(TASKS[tid]), agent, run_id="t", seed=0)
+    assert data.environment({}) == fresh
+    assert {k: ut.PROMPT for k, ut in data.suite.user_tasks.items()} == prompts
+
+
+# -- through pytest --------------------------------------------------------------------------
+
+
+def test_collects_every_suite_with_its_own_injection_tasks(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo", "--collect-only", "-q",
+                                "-p", "no:cacheprovider", "--agentperturb-model", "reference/oracle")
+    ids = [line for line in result.outlines if "::" in line]
+    per_task = 1 + len(FAMILIES) + 3
+    own = {"workspace": 14, "travel": 7, "banking": 9, "slack": 5}
+    assert len(ids) == sum(n * (per_task + own[s]) for s, n in
+                           {"workspace": 40, "travel": 20, "banking": 16, "slack": 21}.items())
+    assert "agentdojo::banking-ut00::clean[reference/oracle]" in ids
+    assert "agentdojo::banking-ut00::inserted-injection-banking-it08[reference/oracle]" in ids
+    assert not [i for i in ids if i.startswith("agentdojo::banking-") and "-workspace-it" in i]
+    one = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo:banking", "--collect-only", "-q",
+                             "-p", "no:cacheprovider", "--agentperturb-model", "reference/oracle",
+                             "-k", "banking-ut01 and inserted-injection-")
+    assert len([line for line in one.outlines if "::" in line]) == 9
+
+
+def test_one_task_per_suite_clean_and_perturbed_with_the_reference_agents(pytester: pytest.Pytester) -> None:
+    """Clean, the 12 families, the 3 built-in inserted objects and one injection task, three agents, under xdist."""
+    select = f"({' or '.join(SAMPLE)}) and (not inserted-injection- or it01)"
+    result = pytester.runpytest_subprocess(
+        "--agentperturb", "--agentperturb-suite", "agentdojo", "-k", select, "-n", "2", "-p", "no:cacheprovider",
+        "--agentperturb-model", "reference/oracle", "--agentperturb-model", "reference/literal",
+        "--agentperturb-model", "reference/careful", timeout=600)
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    rows = _rows(pytester.path / "reports" / "agentperturb.sqlite")
+    assert {r["task"] for r in rows} == set(SAMPLE) and not [r for r in rows if r["error"]]
+    assert all(r["reward"] == 1.0 for r in rows if r["model"] == "reference/oracle")
+    assert all(r["reward"] == 1.0 for r in rows if r["family"] == CLEAN)
+    injected = [r for r in rows if r["family"].startswith("inserted-injection-")]
+    assert {r["family"].split("-")[2] for r in injected} == {s.split("-")[0] for s in SAMPLE}
+    assert all(r["compliance"] is not None for r in injected)
+    html = (pytester.path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    assert "Coverage per suite" in html and "agentdojo:banking" in html
+    assert "no fact is stated on the procedure surface" in html  # skips travel to the controller
+    for suite in ("workspace", "travel", "banking", "slack"):
+        assert re.search(rf"coverage agentdojo:{suite}: 1 tasks, \d+ episodes", out), out[-2000:]
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.row_factory = sqlite3.Row
+    rows = [dict(r) for r in con.execute("select * from episodes")]
+    con.close()
+    for r in rows:
+        r["compliance"] = None if r["compliance"] is None else bool(r["compliance"])
+    return rows
