@@ -8,6 +8,8 @@ entries and derives what it can), then write the missing phrasings.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -63,11 +65,33 @@ def test_gaps_and_bad_entries_are_named() -> None:
     assert any("must name two facts of the task" in p for p in problems)
 
 
+def test_imported_phrasings_follow_the_facts_own_question(tmp_path: Path) -> None:
+    """A fact new to the bank starts with its own question; the hand-written ones are added after it."""
+    spec = importlib.util.spec_from_file_location("qb_build", ROOT / "fixtures" / "question_bank" / "build.py")
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    (tmp_path / "more.txt").write_text("@task solar-roof-npv\n#years\nHow many years of savings should I count?\n"
+                                       "&years rate\nWhat's the hurdle rate, and over how many years?\n",
+                                       encoding="utf-8")
+    suite = ROOT / "suites" / "knowledge"
+    assert build.build([suite], [tmp_path / "more.txt"], False, tmp_path) == 1  # the rest lacks entries
+    solar = json.loads((tmp_path / "knowledge.json").read_text(encoding="utf-8"))["tasks"]["solar-roof-npv"]
+    own = {t.id: t for t in suite_tasks(suite)}["solar-roof-npv"].fact("years").question
+    assert solar["facts"]["years"]["fair"] == [own, "How many years of savings should I count?"]
+    assert solar["compound"] == [{"facts": ["years", "rate"],
+                                  "question": "What's the hurdle rate, and over how many years?"}]
+    assert len(solar["facts"]["years"]["unfair"]) == MIN_UNFAIR
+
+
 def test_keyword_simulator_answers_fair_questions_and_no_unfair_one() -> None:
     """The figures the README quotes (docs: the keyword simulator's accuracy on the bank)."""
     result, problems = check(builtin_suites(), LLMSettings())
     assert problems == []
-    assert result.n_fair >= 5 * 122 and result.n_unfair >= 3 * 122 and result.n_compound >= 122
+    n_facts = sum(len(t.facts) for suite in builtin_suites() for t in suite_tasks(suite))
+    assert n_facts >= 221  # suites/workflows (148) and suites/knowledge (73)
+    assert result.n_fair >= MIN_FAIR * n_facts and result.n_unfair >= MIN_UNFAIR * n_facts
+    assert result.n_compound >= n_facts  # each fact in at least two questions about two facts
     assert result.fair_accuracy is not None and result.fair_accuracy >= 0.9
     assert result.unfair_disclosed == 0.0
     assert result.compound_full is not None and result.compound_full >= 0.8

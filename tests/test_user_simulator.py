@@ -29,6 +29,7 @@ from pytest_agentperturb.model.task import Task
 from pytest_agentperturb.perturb.engine import clean_variant
 from pytest_agentperturb.run.episode import make_engine, run_episode, run_episode_sync
 from pytest_agentperturb.run.llm_simulator import LLMSimulator, make_simulator, render_prompt
+from pytest_agentperturb.run.matching import _id_words, _terms, states
 from pytest_agentperturb.run.simulator import LeakGuard, UserSimulator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +123,58 @@ def test_keyword_simulator_answers_compound_questions_in_full_and_nothing_else()
     one = UserSimulator(STANDUP, ("new_time",))
     assert one.answer(q) == UserReply("10:30", ("new_time",))      # only what the annotation holds
     assert one.answer("What is Dana's e-mail address?") == UserReply(NEUTRAL_REPLY)
+
+
+KNOWLEDGE = {t.id: t for t in suite_tasks(ROOT / "suites" / "knowledge")}
+
+
+def test_a_number_inside_a_decimal_is_not_stated() -> None:
+    assert not states("50", "2.50") and not states("250", "1,250") and not states("2", "2.5")
+    assert states("50", "It is 50.") and states("50", "50, then") and states("2.50", "2.50 %")
+    # the cap (2.50) may be given while the rounding step (50) is not recovery: no leak, one fact disclosed
+    indexation = KNOWLEDGE["initech-support-indexation"]
+    assert LeakGuard(indexation, ("cap",)).check("2.50") == UserReply("2.50", ("cap",))
+    assert UserSimulator(indexation, ("cap", "rounding")).answer(
+        "What limit on this year's increase did Initech agree to, in percent?") == UserReply("2.50", ("cap",))
+
+
+def test_the_question_word_rules_out_kinds_of_value() -> None:
+    """"Whose ...?" and "Where ...?" never ask for a number, "When ...?" never for an address."""
+    bonus = KNOWLEDGE["analytics-bonus-pool"]
+    sim = UserSimulator(bonus, ("pool_rate",))
+    assert sim.answer("Whose share of the bonus pool should I calculate? Which team is it?") == UserReply(NEUTRAL_REPLY)
+    assert sim.answer("What share of the EBIT above the hurdle is put into the bonus pool?") == \
+        UserReply("12", ("pool_rate",))
+    # "which team's share" asks for the team, not for the share
+    assert [f.id for f in sim.asked("Which team's share do you need?")] == ["team"]
+    assert [f.id for f in UserSimulator(TASKS["scan-contract-deadline"], ()).asked(
+        "Where is the signed scan of the Northwind contract?")] == ["contract_path"]
+
+
+def test_a_yes_no_question_needs_two_words_of_what_the_fact_is() -> None:
+    """Words of the sentence that states a fact ("the older one is closed") do not make a yes/no question
+    about it; the fact's own words do."""
+    errors = UserSimulator(TASKS["chart-api-errors"], ("ticket_id", "status"))
+    assert errors.answer("Do you want the ticket closed?") == UserReply(NEUTRAL_REPLY)
+    assert errors.answer("Could you share the ticket number of the outage?") == UserReply("TCK-530", ("ticket_id",))
+
+
+def test_the_noun_after_of_and_the_unit_asked_for_name_the_fact() -> None:
+    invoice = UserSimulator(TASKS["scan-invoice-po"], ("invoice_no", "po_number", "cost_centre"))
+    assert invoice.answer("What's the number of the Contoso invoice?") == UserReply("INV-20931", ("invoice_no",))
+    credit = UserSimulator(KNOWLEDGE["brightline-credit-limit"], ("cap_pct", "requested"))
+    assert credit.answer("What's the maximum credit limit as a percentage of twelve months' invoicing?") == \
+        UserReply("25", ("cap_pct",))
+    solar = UserSimulator(KNOWLEDGE["solar-roof-npv"], ("years", "rate"))
+    assert solar.answer("Over how long a life should the appraisal run, in years?") == UserReply("10", ("years",))
+
+
+def test_words_fold_to_one_stem() -> None:
+    assert _terms("files") == _terms("documents") == _terms("file") == _terms("PDF")
+    assert _terms("percent") == _terms("share") == _terms("percentage")
+    assert _terms("NRR") == _terms("net revenue retention")
+    assert _id_words("invoice_no") == "invoice number" and _id_words("cap_pct") == "cap percentage"
+    assert _id_words("no_code_decision") == "no code decision"  # only a final abbreviation is written out
 
 
 @pytest.mark.parametrize("suite", builtin_suites(), ids=lambda p: p.name)

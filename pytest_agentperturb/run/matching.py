@@ -13,22 +13,30 @@ of weighted words:
   They count, but never make a match alone.
 
 Words are lower-cased, stemmed and folded through small tables of synonyms
-and office acronyms.  A word counts for a fact in proportion to the share
-of the word's weight (over the task's facts) that the fact holds, so the
-words that tell facts apart count most.  Two readings of the question add
+and office acronyms; a fact id's final abbreviation is written out
+(``invoice_no`` -> *invoice number*).  A word counts for a fact in
+proportion to the share of the word's weight (over the task's facts) that
+the fact holds, so the words that tell facts apart count most.  Two readings of the question add
 to that: its *focus* (what it asks for: the words after *which*/*what*, after
-"confirm"/"give me", and *who*/*where*/*when*), matched against each fact's
-kind, id and question focus, and its *subject* (the noun phrase after the
-auxiliary, "What day is *the client meeting*", and after *of*, "the e-mail
-of *the leaver's manager*"), whose words count double.
+"confirm"/"give me"/"could you share", and *who*/*where*/*when*; "which
+*team*'s share" asks for the team; a unit asked for, "in *percent*"),
+matched against each fact's kind, id and question focus, the noun after
+*of* that follows it ("the number of *the invoice*") counting for the facts
+it names, and its *subject* (the noun phrase after the auxiliary, "What day
+is *the client meeting*", and after *of*, "the e-mail of *the leaver's
+manager*"), whose words count double.
 
 Which facts may answer: when the question's focus asks for a kind of
 thing some fact is, only facts of that kind; when it asks for something no
 fact is, or for yes or no ("Should I start?"), only facts that share two
-topic words with it; a fact must share topic words with the question in
-any case, except that an answer word only one fact's kind has ("day" when
-the task has one date) names that fact in a question with more to it than
-that word.  A question asks for the best of those facts when it scores at
+topic words with it (for yes or no, two words of the fact's question, cues
+or id: the sentences around a fact do not make a yes/no question about
+it); the question word a question opens with rules out kinds of value
+(*who*/*whose*/*where* no number or date, *when* no address, path or
+number); a fact must share topic words with the question in any case,
+except that an answer word only one fact's kind has ("day" when the task
+has one date) names that fact in a question with more to it than that
+word.  A question asks for the best of those facts when it scores at
 least :attr:`Matcher.threshold` and leads every other one by
 :attr:`Matcher.margin`; a near tie asks for nothing.  A question is also
 split at *and*, commas, semicolons and question marks, and each part is
@@ -45,10 +53,18 @@ from ..model.task import Fact, Task
 
 
 def value_pattern(value: str) -> re.Pattern[str]:
-    """Where ``value`` occurs in text: case-insensitive, not inside a longer word or number."""
+    """Where ``value`` occurs in text: case-insensitive, not inside a longer word or number.
+
+    A number is not stated by a decimal that merely contains it: *50* is not
+    in *2.50* or *1,250*, *2* is not in *2.5* (a full stop after it is fine).
+    """
     v = value.strip()
     left = r"(?<![A-Za-z0-9])" if v[:1].isalnum() else ""
     right = r"(?![A-Za-z0-9])" if v[-1:].isalnum() else ""
+    if v[:1].isdigit():
+        left += r"(?<!\d[.,])"
+    if v[-1:].isdigit():
+        right += r"(?![.,]\d)"
     return re.compile(left + re.escape(v) + right, re.I)
 
 
@@ -78,7 +94,9 @@ class Matcher:
             for w, (wt, _) in prof.items():
                 mass[w] = mass.get(w, 0.0) + wt
         self.profiles = [{w: (wt * wt / mass[w], topic) for w, (wt, topic) in prof.items()} for prof in profiles]
-        foci = [_focus(f.question) | set(_terms(f.id.replace("_", " "))) | _answer_terms(f) for f in self.facts]
+        # topic words of what the fact *is* (its question, cues, id), not of the sentences around it
+        self.strong = [{w for w, (wt, topic) in prof.items() if topic and wt >= 1.0} for prof in profiles]
+        foci = [_focus(f.question) | set(_terms(_id_words(f.id))) | _answer_terms(f) for f in self.facts]
         share: dict[str, int] = {}
         for fs in foci:
             for w in fs:
@@ -106,6 +124,7 @@ class Matcher:
         """
         words = set(_terms(question))
         focus, subject = _focus(question), _subject(question)
+        of_focus = _focus(question, of=True) - focus  # they count for the facts they name, no more
         wh = in_context or _is_wh(question)
         # an answer word only one fact's kind has names that fact, in a question with more to it
         # than the answer word ("What time should I reschedule it to?", not "What time is it now?")
@@ -113,20 +132,24 @@ class Matcher:
         strange = any(not any(w in foc for foc in self.foci) for w in focus)  # "phone" in "phone number"
         only = {self.only[w].id for w in focus if w in self.only} if context and not strange else set()
         focused = any(w in foc for foc in self.foci for w in focus)
+        unfit = _UNFIT.get(_opening(question), frozenset())
         out = []
-        for f, prof, foc in zip(self.facts, self.profiles, self.foci):
+        for f, prof, foc, strong in zip(self.facts, self.profiles, self.foci, self.strong):
             hits = {w: (prof[w][0] * (self.subject_boost if w in subject else 1.0), prof[w][1])
                     for w in words if w in prof}
             topic = [wt for wt, is_topic in hits.values() if is_topic]
             bonus = self.focus_weight * sum(foc[w] for w in focus if w in foc)
-            score = sum(wt for wt, _ in hits.values()) + bonus
+            score = sum(wt for wt, _ in hits.values()) + bonus + self.focus_weight * sum(
+                foc[w] for w in of_focus if w in foc)
             if focused:  # the question asks for a kind of thing: only facts of that kind answer it
                 enough = bonus > 0
-            elif focus or not wh:  # it asks for something no fact is, or for yes or no: two topic words
+            elif focus:  # it asks for something no fact is: two topic words
                 enough = len(topic) >= 2
+            elif not wh:  # it asks for yes or no: two words of what the fact is
+                enough = len(strong & words) >= 2
             else:
                 enough = True
-            eligible = f.id in only or (sum(topic) >= self.topic_threshold and enough)
+            eligible = _shape(f) not in unfit and (f.id in only or (sum(topic) >= self.topic_threshold and enough))
             out.append((score, eligible, f))
         return sorted(out, key=lambda x: -x[0])
 
@@ -174,8 +197,9 @@ def _profile(f: Fact, stated: str) -> dict[str, tuple[float, bool]]:
     prof: dict[str, tuple[float, bool]] = {w: (1.0, False) for w in answer}
     owner = re.sub(r"[._-]+", " ", f.value.split("@", 1)[0]) if f.kind == "email" else ""
     possessors = set(_terms(" ".join(re.findall(r"(\w+)'s\b", f.question))))
-    sources: tuple[tuple[str, float, set[str]], ...] = ((f.question, 2.0, possessors), (" ".join(f.cues), 2.0, set()), (f.id.replace("_", " "), 2.0, set()),
-               (owner, 2.0, set()), (stated, STATED_WEIGHT, set()))
+    sources: tuple[tuple[str, float, set[str]], ...] = (
+        (f.question, 2.0, possessors), (" ".join(f.cues), 2.0, set()), (_id_words(f.id), 2.0, set()),
+        (owner, 2.0, set()), (stated, STATED_WEIGHT, set()))
     for text, weight, minor in sources:
         for w in _terms(text):
             if w in answer or w in _WH_TERMS:
@@ -184,6 +208,19 @@ def _profile(f: Fact, stated: str) -> dict[str, tuple[float, bool]]:
                 wt = weight * (POSSESSOR_WEIGHT if w in minor else 1.0)
                 prof[w] = (max(prof.get(w, (0.0, True))[0], wt), True)
     return prof
+
+
+#: Abbreviations that end fact ids (``invoice_no``, ``cap_pct``; not the *no* of ``no_code_decision``).
+_ID_ABBREVIATIONS = {"no": "number", "nr": "number", "num": "number", "pct": "percentage", "perc": "percentage",
+                     "addr": "address", "qty": "quantity", "amt": "amount", "dt": "date"}
+
+
+def _id_words(fact_id: str) -> str:
+    """The words of a fact id, a final abbreviation written out (``invoice_no`` -> "invoice number")."""
+    words = [w for w in re.split(r"[_\W]+", fact_id.lower()) if w]
+    if len(words) > 1:
+        words[-1] = _ID_ABBREVIATIONS.get(words[-1], words[-1])
+    return " ".join(words)
 
 
 def _shape(f: Fact) -> str:
@@ -222,14 +259,18 @@ _SYNONYMS = {
     "permission": "access", "rights": "access", "ref": "reference", "whom": "who", "identifier": "id",
     "organizer": "organiser", "state": "status", "categoris": "category", "categoriz": "category",
     "person": "who", "colleague": "who",
+    "percent": "percentage", "pct": "percentage", "share": "percentage", "proportion": "percentage",
+    "weigh": "weight", "weighting": "weight",
 }
 _ACRONYMS = {"po": "purchase order", "pos": "purchase order", "ap": "accounts payable",
-             "dpo": "data protection officer", "pr": "purchase request", "cc": "copy"}
+             "dpo": "data protection officer", "pr": "purchase request", "cc": "copy",
+             "nrr": "net revenue retention", "ev": "enterprise value", "ic": "investment committee"}
 _STOP = set("""a an the is are was were be been being of to on in at for by with from as it its this that these
 those i me my we our you your he him his she her they them their what which how should would could can do does
 did will shall may might must there here and or but if so than then just please tell give let know confirm
 s t d ll re ve m need get set use one any some also up out about into over under again all each both go goes going
-take takes taken done well want everything anything else like now today other ok okay currently right""".split())
+take takes taken done well want everything anything else like now today other ok okay currently right
+whose""".split())
 _PARTS = re.compile(r"\?|;|,\s*(?:and|or)?\s*|\s+and\s+|\s+as well as\s+|\s+plus\s+", re.I)
 #: Verbs whose object is what a question asks for ("could you confirm the date", "give me the address").
 _ASKING_VERBS = {"confirm", "need", "give", "tell", "share", "send", "remind"}
@@ -242,7 +283,13 @@ _DETERMINERS = {"the", "a", "an", "this", "that", "our", "your", "my", "their"}
 
 
 def _stem(w: str) -> str:
-    w = _SYNONYMS.get(w, w)
+    """A word's stem; synonyms fold to the stem of their target ("files", "documents" -> ``fil``)."""
+    w = _suffixes(_SYNONYMS.get(w, w))
+    target = _SYNONYMS.get(w)
+    return _suffixes(target) if target is not None else w
+
+
+def _suffixes(w: str) -> str:
     if len(w) > 4 and w.endswith("ies"):
         w = w[:-3] + "y"
     elif w.endswith("sses"):
@@ -255,7 +302,7 @@ def _stem(w: str) -> str:
         w = w[:-2]
     if len(w) > 3 and w.endswith("e"):
         w = w[:-1]
-    return _SYNONYMS.get(w, w)
+    return w
 
 
 def _tokens(text: str) -> list[str]:
@@ -276,8 +323,12 @@ def _terms(text: str) -> list[str]:
 _WH_TERMS = {_stem(w) for w in ("who", "whom", "where", "when", "how", "much", "many")}
 
 
-def _focus(text: str) -> set[str]:
-    """What a question asks for (up to three words after *which*/*what*/an asking verb; *who*, *where*...)."""
+def _focus(text: str, of: bool = False) -> set[str]:
+    """What a question asks for (up to three words after *which*/*what*/an asking verb; *who*, *where*...).
+
+    With ``of``, also the noun phrase after *of* that follows those words
+    ("the number *of the invoice*").
+    """
     toks = _tokens(text)
     out: set[str] = set()
     for i, t in enumerate(toks):
@@ -287,32 +338,88 @@ def _focus(text: str) -> set[str]:
             out.update(_norm(toks[i + 1:i + 3]))  # "how many people": the people are asked about too
         if t == "how" and any(w in ("start", "starts", "begin", "begins", "open", "opens") for w in toks[i + 1:]):
             out.add("start")
-        asking = t in _ASKING_VERBS and (t in ("confirm", "need") or toks[i + 1:i + 2] in (["me"], ["us"]))
+        if t == "whose":  # "whose share ...?" asks for the owner
+            out.add("who")
+        if t in ("in", "as") and i > 0:  # "..., in percent?", "as a percentage of ...": the unit asked for
+            unit = [w for w in toks[i + 1:i + 3] if w not in ("a", "an")][:1]
+            if unit and _stem(unit[0]) in _UNITS:
+                out.add(_stem(unit[0]))
+        asking = _asking(toks, i)
         who_is = t == "who" and toks[i + 1:i + 2] in (["is"], ["s"], ["are"], ["was"])  # "who is the buddy"
         if t not in ("which", "what", "whats") and not asking and not who_is:
             continue
         taken: list[str] = []
-        for w in toks[i + 1:]:
-            if w == "s" and taken:  # a possessor ("Dana's address") is not what is asked for
-                taken.clear()
+        skipped = False
+        rest = toks[i + 1:]
+        for j, w in enumerate(rest):
+            if w == "s" and taken:
+                if not skipped and t in ("which", "what"):  # "which team's share": the team is asked for
+                    break
+                taken.clear()  # a possessor ("what is Dana's address") is not what is asked for
                 continue
             if w in _FOCUS_SKIP and not taken:
+                skipped = True
                 continue
             if w in _FOCUS_STOP or w in _FOCUS_SKIP or len(taken) >= 3:
+                if of and taken and w == "of":  # "the number of the invoice" asks for the invoice number
+                    taken += _noun_phrase(rest[j + 1:], 2)
                 break
             taken.append(w)
         out.update(_norm(taken))
     return out
 
 
+def _noun_phrase(toks: list[str], most: int) -> list[str]:
+    """The first words of the noun phrase ``toks`` opens with (determiners and a possessor dropped)."""
+    taken: list[str] = []
+    for w in toks:
+        if w == "s" and taken:
+            taken.clear()
+            continue
+        if w in _DETERMINERS and not taken:
+            continue
+        if w in _STOP or w in _AUX or len(taken) >= most:
+            break
+        taken.append(w)
+    return taken
+
+
 def _is_wh(text: str) -> bool:
     """Whether a question asks for something (a *wh*-word, "tell me", "confirm the...") rather than yes or no."""
     toks = _tokens(text)
-    return any(t in _WH_WORDS or (t in _ASKING_VERBS and (t in ("confirm", "need") or toks[i + 1:i + 2] in
-                                                          (["me"], ["us"]))) for i, t in enumerate(toks))
+    return any(t in _WH_WORDS or _asking(toks, i) for i, t in enumerate(toks))
 
 
+def _asking(toks: list[str], i: int) -> bool:
+    """Whether ``toks[i]`` asks for what follows it: "confirm", "need", "give me", "could you share"."""
+    t = toks[i]
+    return t in _ASKING_VERBS and (t in ("confirm", "need") or toks[i + 1:i + 2] in (["me"], ["us"])
+                                   or toks[i - 1:i] == ["you"])
+
+
+#: Units a question may ask its answer in ("in percent", "as a percentage", "in months").
+_UNITS = {_stem(w) for w in ("percent", "percentage", "months", "years", "days", "minutes", "hours", "weeks")}
 _WH_WORDS = {"what", "whats", "which", "who", "whom", "whose", "where", "when", "how"}
+#: Shapes of value that a question opening with this word cannot ask for ("Whose share ...?" no number,
+#: "Where ...?" no date, "When ...?" no address).
+_NUMBERS = frozenset({"integer", "amount"})
+_UNFIT: dict[str, frozenset[str]] = {
+    "who": _NUMBERS | {"date", "time", "folder", "file"},
+    "whom": _NUMBERS | {"date", "time", "folder", "file"},
+    "whose": _NUMBERS | {"date", "time", "folder", "file"},
+    "where": _NUMBERS | {"date", "time"},
+    "when": _NUMBERS | {"email", "folder", "file", "id"},
+}
+
+
+def _opening(text: str) -> str:
+    """The *wh*-word a question opens with ("Could you confirm *where* ..."), or ``""``."""
+    for t in _tokens(text):
+        if t in _WH_WORDS:
+            return t
+        if t not in _STOP and t not in _ASKING_VERBS:
+            return ""
+    return ""
 
 
 def _subject(text: str) -> set[str]:
