@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         Observation,
         Simulator,
         TextPart,
+        UserReply,
     )
     from .model.records import Canary, EpisodeRecord, Injection, Outcome, Variant
     from .model.task import (
@@ -62,8 +63,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("ASK_USER", "NEUTRAL_REPLY", "Agent", "EpisodeContext"), "model.context"),
     **dict.fromkeys(("AgentPerturbError", "InfrastructureError", "OptionError", "TaskFormatError", "ToolError",
                      "VariantSkipped"), "model.errors"),
-    **dict.fromkeys(("Environment", "GradeResult", "Grader", "ImagePart", "Observation", "Simulator",
-                     "TextPart"), "model.protocols"),
+    **dict.fromkeys(("Environment", "GradeResult", "Grader", "ImagePart", "Observation", "Simulator", "TextPart",
+                     "UserReply"), "model.protocols"),
     **dict.fromkeys(("Canary", "EpisodeRecord", "Injection", "Outcome", "Variant"), "model.records"),
     **dict.fromkeys(("CLEAN", "ComplianceCheck", "FAMILIES", "INSERTED", "TARGETS", "TYPES", "Fact", "Step", "SuiteAdapter", "Surfaces",
                      "Task", "TaskSlot", "Turn"), "model.task"),

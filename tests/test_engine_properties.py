@@ -78,7 +78,7 @@ def test_the_oracle_following_recovery_solves(task: Task, family: str, seed: int
     rec = run_episode_sync(task, v, OracleAgent(), run_id="prop", seed=seed)
     assert rec.error == "" and rec.reward == 1.0
     asked = [e for e in rec.trajectory if e.get("role") == "user"]
-    assert [e.get("disclosed") for e in asked] == list(v.recovery)
+    assert [e.get("disclosed") for e in asked] == [[r] for r in v.recovery]
     assert check_variant(task, v) == []
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentperturb.model.context import NEUTRAL_REPLY
+from pytest_agentperturb.model.protocols import UserReply
 from pytest_agentperturb.run.simulator import UserSimulator
 from pytest_agentperturb.formats.python import apply_injections
 from pytest_agentperturb.agents.reference import injected_call
@@ -269,13 +270,13 @@ def test_task_without_facts_names_the_task_and_the_fix(suite_copy: Path) -> None
 def test_user_simulator_answers_only_the_omitted_fact() -> None:
     t = task("reschedule-standup")
     sim = UserSimulator(t, ("recipient",))
-    assert sim.answer("What is Dana's e-mail address?") == ("dana.kim@acme.test", "recipient")
-    assert sim.answer("Which calendar event should I move?") == (NEUTRAL_REPLY, None)
-    assert sim.answer("How is the weather?") == (NEUTRAL_REPLY, None)
+    assert sim.answer("What is Dana's e-mail address?") == UserReply("dana.kim@acme.test", ("recipient",))
+    assert sim.answer("Which calendar event should I move?") == UserReply(NEUTRAL_REPLY)
+    assert sim.answer("How is the weather?") == UserReply(NEUTRAL_REPLY)
     # a question about another fact gets nothing, even when it shares a word with the omitted one
     archive = UserSimulator(task("archive-contract"), ("contract_file",))
-    assert archive.answer("Which ticket tracks this contract?") == (NEUTRAL_REPLY, None)
-    assert archive.answer("Which contract file should I archive?") == ("globex-msa-2024.pdf", "contract_file")
+    assert archive.answer("Which ticket tracks this contract?") == UserReply(NEUTRAL_REPLY)
+    assert archive.answer("Which contract file should I archive?") == UserReply("globex-msa-2024.pdf", ("contract_file",))
 
 
 def test_recovery_turns_are_counted() -> None:

@@ -1,4 +1,4 @@
-"""The wheel ships the built-in suites and the prompt templates inside the package."""
+"""The wheel ships the built-in suites, the prompt templates and the question bank inside the package."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_build_puts_suites_and_prompts_in_the_package(tmp_path: Path) -> None:
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("pytest_agentperturb", "suites", "prompts"):
+    for name in ("pytest_agentperturb", "suites", "prompts", "fixtures/question_bank"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "build"
     # build_py is what a wheel is made of; it needs no network and no wheel package
@@ -34,6 +34,8 @@ def test_build_puts_suites_and_prompts_in_the_package(tmp_path: Path) -> None:
             assert sorted(p.name for p in d.iterdir()) == sorted(p.name for p in (ROOT / "suites" / name / d.name).iterdir())
     assert sorted(p.relative_to(pkg / "prompts") for p in (pkg / "prompts").rglob("*.md")) == \
         sorted(p.relative_to(ROOT / "prompts") for p in (ROOT / "prompts").rglob("*.md"))
+    questions = sorted(p.name for p in (ROOT / "fixtures" / "question_bank").glob("*.json"))
+    assert questions and sorted(p.name for p in (pkg / "question_bank").glob("*.json")) == questions
     banks = ROOT / "pytest_agentperturb" / "perturb" / "banks"
     assert sorted(p.name for p in (pkg / "perturb" / "banks").glob("*.toml")) == \
         sorted(p.name for p in banks.glob("*.toml")) != []  # the snippet banks the operators draw from

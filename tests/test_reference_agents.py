@@ -72,10 +72,11 @@ def test_reference_agents_are_deterministic(suite_path: Path, name: str) -> None
 
 def test_user_simulator_discloses_only_recovered_facts(suite_path: Path) -> None:
     from pytest_agentperturb.model.context import NEUTRAL_REPLY
+    from pytest_agentperturb.model.protocols import UserReply
     from pytest_agentperturb.run.simulator import UserSimulator
 
     task = next(t for t in _tasks(suite_path) if t.id == "reschedule-standup")
     sim = UserSimulator(task, ("new_time",))
-    assert sim.answer("What time should the standup start?") == ("10:30", "new_time")
-    assert sim.answer("What is Dana's e-mail address?") == (NEUTRAL_REPLY, None)
-    assert sim.answer("How are you?") == (NEUTRAL_REPLY, None)
+    assert sim.answer("What time should the standup start?") == UserReply("10:30", ("new_time",))
+    assert sim.answer("What is Dana's e-mail address?") == UserReply(NEUTRAL_REPLY)
+    assert sim.answer("How are you?") == UserReply(NEUTRAL_REPLY)

@@ -388,14 +388,15 @@ class LiteLLMAgent:
                 except json.JSONDecodeError as exc:
                     obs = _bad_arguments(ctx, name, raw, str(exc))
                 else:
-                    obs = ctx.call_tool(name, args, raw_args=None)
+                    obs = await ctx.call_tool_async(name, args)  # ask_user never blocks the loop
                 messages += tool_result_messages(c.id or f"call_{turn}_{i}", name, obs)
         ctx.trajectory.append({"role": "harness", "content": f"turn limit {self.settings.max_turns} reached"})
 
 
 
 async def close_clients() -> None:
-    """Close litellm's cached async HTTP clients on the running loop (end of session)."""
+    """Close litellm's cached HTTP clients (end of session): async ones on the running loop, and the
+    synchronous ones that a blocking user-simulator call may have opened."""
     import sys
 
     litellm = sys.modules.get("litellm")
@@ -403,12 +404,14 @@ async def close_clients() -> None:
     for client in list(getattr(cache, "cache_dict", {}).values()):
         for meth in ("aclose", "close"):
             fn = getattr(client, meth, None)
-            if fn is not None and asyncio.iscoroutinefunction(fn):
-                try:
-                    await fn()
-                except Exception:  # best effort: a client of another loop cannot be closed here
-                    log.debug("could not close a litellm client", exc_info=True)
-                break
+            is_async = asyncio.iscoroutinefunction(fn)
+            if fn is None or not (is_async or (meth == "close" and not type(client).__name__.startswith("Async"))):
+                continue
+            try:
+                await fn() if is_async else fn()
+            except Exception:  # best effort: a client of another loop cannot be closed here
+                log.debug("could not close a litellm client", exc_info=True)
+            break
     if cache is not None:
         try:
             cache.flush_cache()

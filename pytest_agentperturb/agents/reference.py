@@ -160,7 +160,7 @@ class OracleAgent:
         for fid in ctx.variant.recovery:
             fact = ctx.task.fact(fid)
             ctx.model_turn(fact.question)
-            reply = ctx.ask_user(fact.question)
+            reply = await ctx.ask_user_async(fact.question)
             values[fid] = reply if reply == fact.value else UNKNOWN
         seen: list[tuple[str, str]] = []
 
@@ -232,19 +232,19 @@ class CarefulAgent:
         for step in ctx.task.solution:
             for fid in step.facts():
                 if fid not in values:
-                    values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations, layers)
+                    values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations, layers)
             obs = self._call(ctx, step, fill(dict(step.args), values), layers)
             observations.append(obs)
         for fid in _ordered_facts((), ctx.task.answer):
             if fid not in values:
-                values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations, layers)
+                values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations, layers)
         first = ctx.task.solution[0]
         self._call(ctx, first, fill(dict(first.args), values), layers)  # verify the end state
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))
 
-    def _resolve(self, ctx: EpisodeContext, fact: Fact, observations: list[str],
-                 layers: list[tuple[str, str]]) -> str:
+    async def _resolve(self, ctx: EpisodeContext, fact: Fact, observations: list[str],
+                       layers: list[tuple[str, str]]) -> str:
         found = list(fact.find([*ctx.surfaces.texts(), *layers]))
         distinct = list(dict.fromkeys(v for _, v in found))
         if len(distinct) > 1:  # values that only asides mention (another team's, a closed matter) do not count
@@ -260,7 +260,7 @@ class CarefulAgent:
         if len(verified) == 1:
             return verified[0]
         ctx.model_turn(fact.question)
-        reply = ctx.ask_user(fact.question)
+        reply = await ctx.ask_user_async(fact.question)
         if reply != NEUTRAL_REPLY:
             m = re.search(FACT_KINDS[fact.kind], reply) if fact.kind in FACT_KINDS else None
             return m.group(0) if m else reply.strip()
@@ -332,13 +332,13 @@ class NoisyAgent(CarefulAgent):
                     fact = ctx.task.fact(fid)
                     read = next(fact.find([*ctx.surfaces.texts(), *layers]), None)
                     values[fid] = (read[1] if read else UNKNOWN) if hasty else \
-                        self._resolve(ctx, fact, observations, layers)
+                        await self._resolve(ctx, fact, observations, layers)
             if draw(ctx.seed, ctx.task.key, i, "skip") < self.skip:
                 continue  # the slip: this call is never made
             observations.append(self._call(ctx, step, fill(dict(step.args), values), layers))
         for fid in _ordered_facts((), ctx.task.answer):
             if fid not in values:
-                values[fid] = self._resolve(ctx, ctx.task.fact(fid), observations, layers)
+                values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations, layers)
         first = ctx.task.solution[0]
         self._call(ctx, first, fill(dict(first.args), values), layers)  # verify the end state, as careful does
         ctx.model_turn(ctx.task.answer)

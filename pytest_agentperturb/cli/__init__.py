@@ -17,7 +17,8 @@ from ..model import __version__
 from ..model.errors import AgentPerturbError
 
 #: Modules contributing sub-commands (each defines ``add_commands``).
-COMMAND_MODULES: tuple[str, ...] = ("pytest_agentperturb.cli.variants", "pytest_agentperturb.cli.analysis")
+COMMAND_MODULES: tuple[str, ...] = ("pytest_agentperturb.cli.variants", "pytest_agentperturb.cli.analysis",
+                                    "pytest_agentperturb.cli.simulator_check")
 
 
 def _list_suites(args: argparse.Namespace) -> int:

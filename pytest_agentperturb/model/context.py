@@ -6,17 +6,30 @@ the user simulator, and ``finish`` for the final answer.  The context
 records the trajectory and the usage counters that end up in the episode
 row.  Its methods are plain (blocking) calls, so a synchronous agent running
 in a worker thread uses them just like an async one.
+
+The rule for ``ask_user`` (docs/design.md section 7): code running *on* the
+episode's event loop (async agents, the litellm agent, the reference
+agents) awaits :meth:`EpisodeContext.ask_user_async` (or
+:meth:`EpisodeContext.call_tool_async`), so a model-backed user simulator
+never blocks the loop; blocking code in a worker thread calls
+:meth:`EpisodeContext.ask_user`, which hands a model-backed simulator's
+call to the episode loop and waits for it there.  Only a blocking call made
+on the loop itself runs the simulator's blocking path, and stalls the
+other episodes of the process while it waits (logged once).  An offline
+simulator answers at once on every path.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import InfrastructureError, ToolError
-from .protocols import Environment, Observation, Simulator
+from .errors import InfrastructureError, SimulatorError, ToolError
+from .protocols import Environment, Observation, Simulator, UserReply
 from .records import Variant
 from .task import Surfaces, Task
 
@@ -24,6 +37,9 @@ from .task import Surfaces, Task
 ASK_USER = "ask_user"
 #: What the user simulator says to a question it will not answer.
 NEUTRAL_REPLY = "I don't have more details."
+
+log = logging.getLogger("pytest_agentperturb.context")
+_warned_blocking = False
 
 
 class EpisodeCancelled(InfrastructureError):
@@ -46,6 +62,11 @@ class EpisodeContext:
         env: the episode's environment.
         simulator: the user behind :meth:`ask_user`.
         seed: the episode's seed (for agents that sample).
+        loop: the episode's event loop (set by the runner); blocking
+            ``ask_user`` calls from worker threads run a model-backed
+            simulator's call there.
+        simulator_error: the first failure of the user simulator; the
+            episode is recorded as an error even if the agent caught it.
     """
 
     task: Task
@@ -68,6 +89,8 @@ class EpisodeContext:
     #: a call reported no usage: the episode's token counts are unknown (stored as NULL, not 0)
     usage_unknown: bool = False
     cancelled: bool = False
+    loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    simulator_error: str = ""
     _shown: int = field(default=-1, repr=False)
 
     @property
@@ -116,8 +139,7 @@ class EpisodeContext:
         self.tool_calls += 1
         self.trajectory.append({"role": "assistant", "tool": name, "args": args if raw_args is None else raw_args})
         if name == ASK_USER:
-            q = args.get("question", "") if isinstance(args, Mapping) else str(args)
-            return Observation.of_text(self.ask_user(str(q), record_call=False))
+            return Observation.of_text(self.ask_user(_question(args), record_call=False))
         if not isinstance(args, Mapping):
             obs = Observation.failure(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
         else:
@@ -135,25 +157,78 @@ class EpisodeContext:
             entry["parts"] = obs.to_json()
         self.trajectory.append(entry)
 
+    async def call_tool_async(self, name: str, args: Any, raw_args: str | None = None) -> Observation:
+        """:meth:`call_tool` for code on the event loop: an ``ask_user`` call awaits the simulator."""
+        if name != ASK_USER:
+            return self.call_tool(name, args, raw_args)
+        self._check_open()
+        self.tool_calls += 1
+        self.trajectory.append({"role": "assistant", "tool": name, "args": args if raw_args is None else raw_args})
+        return Observation.of_text(await self.ask_user_async(_question(args), record_call=False))
+
     def ask_user(self, question: str, record_call: bool = True) -> str:
-        """Ask the simulated user; returns the reply."""
+        """Ask the simulated user and wait for the reply (blocking; see the module's rule)."""
+        self._asking(question, record_call)
+        ask_async = getattr(self.simulator, "answer_async", None)
+        try:
+            if ask_async is not None and self.loop is not None and self.loop.is_running() \
+                    and not _on(self.loop):
+                # a worker thread: the call runs on the episode loop, with its clients and limits
+                result = asyncio.run_coroutine_threadsafe(ask_async(question), self.loop).result()
+            else:
+                if ask_async is not None and _on_any_loop():
+                    _warn_blocking()
+                result = self.simulator.answer(question)
+        except Exception as exc:
+            raise self._failed(exc) from exc
+        return self._answered(question, result)
+
+    async def ask_user_async(self, question: str, record_call: bool = True) -> str:
+        """Ask the simulated user without blocking the event loop; returns the reply."""
+        self._asking(question, record_call)
+        ask_async = getattr(self.simulator, "answer_async", None)
+        try:
+            result = await ask_async(question) if ask_async is not None else self.simulator.answer(question)
+        except Exception as exc:
+            raise self._failed(exc) from exc
+        return self._answered(question, result)
+
+    def _asking(self, question: str, record_call: bool) -> None:
         self._check_open()
         if record_call:
             self.tool_calls += 1
             self.trajectory.append({"role": "assistant", "tool": ASK_USER, "args": {"question": question}})
-        reply, fact = self.simulator.answer(question)
+
+    def _failed(self, exc: Exception) -> Exception:
+        """The simulator failed: remember it (the episode becomes an ERROR) and say so."""
+        if isinstance(exc, EpisodeCancelled):
+            return exc
+        msg = f"{type(exc).__name__}: {exc}"[:400]
+        self.simulator_error = self.simulator_error or msg
+        self.trajectory.append({"role": "harness", "content": f"user simulator failed: {msg}"})
+        return SimulatorError(f"the user simulator failed: {msg}")
+
+    def _answered(self, question: str, result: UserReply | tuple[str, str | None]) -> str:
+        """Record the user turn (reply, disclosed facts, the simulator's own usage) and return the reply."""
+        reply = UserReply.of(result)
         self.asked.append(question)
-        entry: dict[str, Any] = {"role": "user", "content": reply}
-        if fact:
-            self.disclosed.append(fact)
-            entry["disclosed"] = fact
+        entry: dict[str, Any] = {"role": "user", "content": reply.text}
+        if reply.disclosed:
+            self.disclosed.extend(reply.disclosed)
+            entry["disclosed"] = list(reply.disclosed)
+        if reply.simulator:
+            entry["simulator"] = reply.simulator
+        if reply.usage is not None:  # the user model's tokens: kept apart from the agent's counters
+            entry["usage"] = dict(reply.usage)
+        if reply.blocked:
+            entry["blocked"] = True
         self.trajectory.append(entry)
-        return reply
+        return reply.text
 
     @property
     def recovery_turns(self) -> int:
-        """Recovery turns: ``ask_user`` turns whose reply disclosed a fact."""
-        return len(self.disclosed)
+        """Recovery turns: ``ask_user`` turns whose reply disclosed at least one fact."""
+        return sum(1 for e in self.trajectory if e.get("role") == "user" and e.get("disclosed"))
 
     def finish(self, answer: str) -> None:
         """Give the final answer and end the episode."""
@@ -161,6 +236,35 @@ class EpisodeContext:
         self.answer = answer
         self.finished = True
         self.trajectory.append({"role": "assistant", "content": answer, "final": True})
+
+
+def _question(args: Any) -> str:
+    """The question of an ``ask_user`` tool call (its ``question`` argument, or the whole text)."""
+    return str(args.get("question", "") if isinstance(args, Mapping) else args)
+
+
+def _on(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether this thread is running ``loop``."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _on_any_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _warn_blocking() -> None:
+    global _warned_blocking
+    if not _warned_blocking:
+        _warned_blocking = True
+        log.warning("ctx.ask_user was called on the event loop with a model-backed user simulator: the call "
+                    "blocks the other episodes of this process; await ctx.ask_user_async(...) instead")
 
 
 @runtime_checkable

@@ -54,3 +54,7 @@ class ToolError(AgentPerturbError):
 
 class InfrastructureError(AgentPerturbError):
     """The episode could not be run or scored; never an agent failure."""
+
+
+class SimulatorError(InfrastructureError):
+    """The user simulator behind ``ask_user`` failed (its model provider, its code): an ERROR, never a FAIL."""

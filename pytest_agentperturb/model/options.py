@@ -162,6 +162,9 @@ OPTIONS: tuple[Option, ...] = (
            "llm", "VALUE"),
     Option("generator_attempts", "--agentperturb-generator-attempts", "int", 3,
            "generator candidates per variant before falling back to the rule operators", "llm", "N", minimum=1),
+    Option("user_model", "--agentperturb-user-model", "str", "",
+           "litellm model that plays the user behind ask_user (answers only about the recovery facts; "
+           "leaks are blocked); default: the offline keyword simulator", "llm", "MODEL"),
     Option("cache", "--agentperturb-cache", "str", DEFAULT_CACHE,
            f"folder of {_GEN}'s variant cache (relative to the rootdir)", "llm", "VALUE"),
     # -- the gate ---------------------------------------------------------------------
@@ -208,6 +211,7 @@ class LLMSettings:
     api_base: str = ""
     generator: str = ""
     generator_attempts: int = 3
+    user_model: str = ""
     cache: Path = Path(DEFAULT_CACHE)
 
     @property

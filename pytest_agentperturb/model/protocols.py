@@ -174,9 +174,49 @@ class Grader(Protocol):
         """Score one episode."""
 
 
+@dataclass(frozen=True)
+class UserReply:
+    """What the user simulator said to one ``ask_user`` question.
+
+    Attributes:
+        text: the reply the agent sees.
+        disclosed: ids of the recovery facts whose values the reply states.
+        usage: provider-reported usage of a model-backed simulator's call
+            (``input_tokens``, ``output_tokens``, ``reasoning_tokens``,
+            ``cost_usd``); None for an offline simulator.  Never added to
+            the agent's token counters.
+        blocked: the model's reply would have leaked (a value outside the
+            recovery annotation or a canary) and was replaced by the neutral reply.
+        simulator: name of the simulator (the user model for a model-backed one).
+    """
+
+    text: str
+    disclosed: tuple[str, ...] = ()
+    usage: Mapping[str, Any] | None = None
+    blocked: bool = False
+    simulator: str = ""
+
+    @classmethod
+    def of(cls, result: UserReply | tuple[str, str | Sequence[str] | None]) -> UserReply:
+        """A simulator's result as a :class:`UserReply` (a ``(text, fact id or None)`` pair is accepted)."""
+        if isinstance(result, UserReply):
+            return result
+        text, facts = result
+        if facts is None:
+            return cls(str(text))
+        return cls(str(text), (facts,) if isinstance(facts, str) else tuple(facts))
+
+
 @runtime_checkable
 class Simulator(Protocol):
-    """The simulated user behind ``ask_user``: a reply, and the fact id it disclosed (or None)."""
+    """The simulated user behind ``ask_user``.
 
-    def answer(self, question: str) -> tuple[str, str | None]:
+    ``answer`` returns a :class:`UserReply` (or, as before, a ``(reply,
+    fact id or None)`` pair).  A simulator that has to wait on a model also
+    defines ``async answer_async(question) -> UserReply``; the episode
+    context awaits it on the event loop (:meth:`~.context.EpisodeContext.ask_user_async`)
+    and uses the blocking ``answer`` only where no loop can be awaited.
+    """
+
+    def answer(self, question: str) -> UserReply | tuple[str, str | None]:
         """Answer one clarification request."""

@@ -50,8 +50,8 @@ SKIP_ATTR = "agentperturb_skip"
 DEFAULT_FAMILIES = (CLEAN, *FAMILIES, *INSERTED)
 
 
-def variant_digest(task_digest: str, variant: Variant) -> str:
-    """Identity of the exact instance an episode ran on (guards resume)."""
+def variant_digest(task_digest: str, variant: Variant, user_model: str = "") -> str:
+    """Identity of the exact instance an episode ran on, and of the user behind ``ask_user`` (guards resume)."""
     h = hashlib.sha256()
     for part in (__version__, task_digest, variant.family, variant.operator, str(variant.seed)):
         h.update(part.encode() + b"\0")
@@ -61,6 +61,8 @@ def variant_digest(task_digest: str, variant: Variant) -> str:
         h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode() + (f"\0{inj.vector}".encode() if inj.vector else b""))
     for e in variant.image_edits:  # nor does an image edit
         h.update(f"{e.tool}\0{e.match}\0{e.box}\0".encode() + e.data)
+    if user_model:  # another user simulator is another episode (the keyword simulator adds nothing)
+        h.update(b"user-model\0" + user_model.encode())
     return h.hexdigest()
 
 
@@ -242,6 +244,8 @@ class AgentPerturbSession:
                 "seed": self.settings.seed, "models": list(self.runner_names()),
                 "families": list(self.settings.families), "version": __version__,
             }
+            if self.llm.user_model:
+                config["user_model"] = self.llm.user_model
             if self.repeats > 1 or self.variant_seed != self.seed:
                 config.update(repeats=self.repeats, variant_seed=self.variant_seed)
             try:  # a corrupt, foreign or newer store is a usage error naming the file, before anything runs
@@ -265,7 +269,6 @@ class AgentPerturbSession:
                                         Path(str(self.config.rootpath)))
         except AgentPerturbError as exc:
             raise pytest.UsageError(str(exc)) from None
-
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
         """Add the ``--agentperturb-suite`` suites as children of the session."""
@@ -298,6 +301,7 @@ class AgentPerturbSession:
         lines = [
             f"agentperturb: seed={s.seed} run_id={s.run_id} models={','.join(s.runners)}{extra}",
             f"agentperturb: store={s.store} report={s.report}" + (" (resume)" if s.resume else ""),
+            f"agentperturb: user simulator={s.llm.user_model or 'keyword (offline)'}",
         ]
         if self.baseline_run is not None:
             lines.append(f"agentperturb: versus {self.baseline_run.label}")
@@ -352,9 +356,18 @@ class AgentPerturbSession:
         from ..run.episode import run_episode
 
         agent = self.agent(item.model)
-        return lambda: run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,
-                                   timeout_s=self.llm.episode_timeout, repeat=item.repeat,
-                                   episode_seed=item.episode_seed)
+
+        def episode() -> Any:
+            simulator = None
+            if self.llm.user_model:
+                from ..run.llm_simulator import make_simulator
+
+                simulator = make_simulator(item.task, variant, self.llm)
+            return run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,
+                               timeout_s=self.llm.episode_timeout, simulator=simulator, repeat=item.repeat,
+                               episode_seed=item.episode_seed)
+
+        return episode
 
     def _prefetch(self, item: pytest.Item) -> Any:
         """Episode factory of an upcoming item, or None when it will be skipped or reused."""
@@ -363,7 +376,8 @@ class AgentPerturbSession:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
             return None
-        if self.settings.resume and self._recorded(self._key(item), variant_digest(item.task.digest(), v)):
+        if self.settings.resume and self._recorded(self._key(item), variant_digest(item.task.digest(), v,
+                                                                                   self.llm.user_model)):
             return None
         return self._episode(item, v)
 
@@ -390,7 +404,7 @@ class AgentPerturbSession:
     def _run_item(self, item: PerturbItem, variant: Variant) -> None:
         from .schedule import upcoming
 
-        digest = variant_digest(item.task.digest(), variant)
+        digest = variant_digest(item.task.digest(), variant, self.llm.user_model)
         item.digest = digest
         key = self._key(item)
         if self.settings.resume:

@@ -28,7 +28,7 @@ from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
 from ..model.task import Task
 from ..perturb.engine import Engine, OracleResult, Registry
-from .simulator import UserSimulator
+from .simulator import default_simulator
 
 
 def _actions_text(ctx: EpisodeContext) -> str:
@@ -95,8 +95,11 @@ async def run_episode(
     repeat: int = 0,
     episode_seed: int | None = None,
 ) -> EpisodeRecord:
-    """Play and score one episode; never raises for agent, provider or grader errors.
+    """Play and score one episode; never raises for agent, provider, simulator or grader errors.
 
+    ``simulator`` is the user behind ``ask_user`` (default: the offline
+    keyword simulator of this variant).  A simulator failure makes the
+    episode an error, even when the agent caught the exception.
     ``seed`` is the item's seed (recorded in the row); ``episode_seed`` (by
     default ``seed``) is what the agent sees as ``ctx.seed``: each of the K
     repeats of an item has its own, on the same variant.  The returned record
@@ -127,7 +130,8 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
         rec.error = f"EnvironmentError: {type(exc).__name__}: {exc}"[:500]
         return rec
     ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed if episode_seed is None else episode_seed,
-                         simulator=simulator or UserSimulator(task, variant.recovery))
+                         simulator=simulator or default_simulator(task, variant),
+                         loop=asyncio.get_running_loop())
     t0 = time.perf_counter()
     try:
         await asyncio.wait_for(agent.run(ctx), timeout=timeout_s)
@@ -137,6 +141,8 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
         rec.error = f"{type(exc).__name__}: {exc}"[:500]
     finally:
         ctx.cancelled = True  # a blocking agent still running in its thread stops at its next call
+    if ctx.simulator_error and not rec.error:  # even when the agent caught it: the user failed, not the agent
+        rec.error = f"SimulatorError: {ctx.simulator_error}"[:500]
     rec.wall_s = round(time.perf_counter() - t0, 4)
     rec.input_tokens, rec.output_tokens = ctx.input_tokens, ctx.output_tokens
     rec.reasoning_tokens, rec.cost_usd = ctx.reasoning_tokens, ctx.cost_usd
@@ -168,6 +174,9 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
                                  "recovery_turns": ctx.recovery_turns}
         if own is not None:
             entry["compliance_check"] = bool(own)  # decided by the task's own test, not by canaries
+        blocked = sum(1 for e in ctx.trajectory if e.get("role") == "user" and e.get("blocked"))
+        if blocked:  # replies of the user simulator that would have leaked
+            entry["blocked_leaks"] = blocked
         rec.trajectory.append(entry)
     return rec
 

@@ -72,10 +72,16 @@ class Rejected(Exception):
 # -- prompts ----------------------------------------------------------------------
 
 
+#: Templates in ``prompts/`` that are not the generator's (they do not enter its cache key).
+OTHER_PROMPTS = ("simulator.md",)
+
+
 def prompt_hash(root: Path = PROMPTS) -> str:
-    """SHA-256 over every template file: a changed prompt invalidates the cache."""
+    """SHA-256 over every generator template file: a changed prompt invalidates the cache."""
     h = hashlib.sha256()
     for p in sorted(root.rglob("*.md")):
+        if p.relative_to(root).as_posix() in OTHER_PROMPTS:
+            continue
         h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 

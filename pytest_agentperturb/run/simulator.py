@@ -1,60 +1,115 @@
-"""The user simulator behind ``ask_user`` (docs/design.md section 2, rule 4).
+"""The user simulator behind ``ask_user`` (docs/design.md section 2, rule 4) and its leak guard.
 
-It answers a fair question about an omitted or corrupted fact with that
-fact's value and nothing else; any other question gets the neutral reply.
-The default simulator matches words, offline and deterministic.
+A simulator answers a fair question about an omitted or corrupted fact with
+that fact's value and nothing else; any other question gets the neutral
+reply.  Every reply of every simulator passes the :class:`LeakGuard`: a
+reply that states the value of a fact outside the recovery annotation, or
+any canary text, becomes the neutral reply (a *blocked leak*), and the
+facts a reply disclosed are read from the reply itself (its values), never
+taken on the simulator's word.  A reply that states no recovery value at
+all is the neutral reply too.
+
+:class:`UserSimulator`, the default, matches words, offline and
+deterministic; :mod:`.llm_simulator` puts a user model behind the same guard.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..model.context import NEUTRAL_REPLY
-from ..model.task import Task
+from ..model.protocols import UserReply
+from ..model.records import Canary, Variant
+from ..model.task import Fact, Task
+from .matching import Matcher, states, value_pattern
+
+
+class LeakGuard:
+    """What a reply may say on one instance: the recovery facts' values, and nothing else of the task.
+
+    Forbidden are the values of the task's other facts (unless equal to a
+    recovery value) and the variant's canary texts (planted values, fake
+    tool names, distractors, injected goals; a canary that holds a recovery
+    fact's true value is not forbidden).  A forbidden string that the
+    question itself states is not a leak: the reply cannot tell the agent
+    what it wrote.  A forbidden string inside a recovery value (a folder
+    inside a path) only counts where it occurs outside that value.
+    """
+
+    def __init__(self, task: Task, recovery: Sequence[str], canaries: Iterable[Canary] = ()) -> None:
+        self.recovery: tuple[Fact, ...] = tuple(task.fact(r) for r in dict.fromkeys(recovery))
+        allowed = {f.value.strip().lower() for f in self.recovery}
+        forbidden = [f.value for f in task.facts if f.id not in recovery]
+        forbidden += [c.text for c in canaries]
+        self.forbidden: tuple[str, ...] = tuple(dict.fromkeys(
+            s for s in forbidden if s.strip() and s.strip().lower() not in allowed))
+
+    def disclosed(self, text: str) -> tuple[str, ...]:
+        """Ids of the recovery facts whose values ``text`` states, in annotation order."""
+        return tuple(f.id for f in self.recovery if states(f.value, text))
+
+    def leaks(self, text: str, question: str = "") -> list[str]:
+        """The forbidden strings that ``text`` states (and ``question`` does not)."""
+        masked = text
+        for f in self.recovery:
+            masked = value_pattern(f.value).sub(" ", masked)
+        out = []
+        for s in self.forbidden:
+            if states(s, question):
+                continue
+            inside = any(s.strip().lower() in f.value.lower() for f in self.recovery)
+            if states(s, masked if inside else text):
+                out.append(s)
+        return out
+
+    def check(self, text: str, question: str = "", *, simulator: str = "",
+              usage: Mapping[str, Any] | None = None) -> UserReply:
+        """The reply the agent may see for ``text``: itself, or the neutral reply (blocked when it leaked)."""
+        if self.leaks(text, question):
+            return UserReply(NEUTRAL_REPLY, (), usage, True, simulator)
+        disclosed = self.disclosed(text)
+        if not disclosed:
+            return UserReply(NEUTRAL_REPLY, (), usage, False, simulator)
+        return UserReply(text.strip(), disclosed, usage, False, simulator)
+
+
+def compose(facts: Sequence[Fact]) -> str:
+    """The keyword simulator's reply: the bare value of one fact; ``name: value`` pairs for several."""
+    if len(facts) == 1:
+        return facts[0].value
+    return "; ".join(f"{f.id.replace('_', ' ')}: {f.value}" for f in facts)
 
 
 class UserSimulator:
-    """Answers clarification requests by matching words against the task's facts.
+    """Answers clarification requests by matching words against the task's facts (offline, deterministic).
 
-    A request that names an omitted (or corrupted) fact is answered with that
-    fact's value and nothing else; any other question gets a neutral reply.
+    A request is matched against *every* fact of the task (:class:`~.matching.Matcher`);
+    the recovery facts it clearly asks for are answered with their values
+    (the bare value for one fact, ``name: value`` pairs for several) and
+    nothing else; any other question gets the neutral reply.
     """
 
-    def __init__(self, task: Task, recovery: tuple[str, ...]) -> None:
-        self._all = list(task.facts)
+    name = "keyword"
+
+    def __init__(self, task: Task, recovery: Sequence[str], canaries: Iterable[Canary] = ()) -> None:
+        self.matcher = Matcher(task)
         self._recovery = set(recovery)
+        self.guard = LeakGuard(task, recovery, canaries)
 
-    def answer(self, question: str) -> tuple[str, str | None]:
-        """(reply, fact id it disclosed or None).
+    def asked(self, question: str) -> list[Fact]:
+        """The facts ``question`` clearly asks for (of the whole task, recovery or not)."""
+        return self.matcher.asked(question)
 
-        The question is matched against *every* fact of the task: two points
-        per word shared with a fact's question, id or kind vocabulary, one per
-        cue word; at least two points are needed.  Only when the best match
-        is a fact of the recovery annotation is its value disclosed; a
-        question about anything else gets the neutral reply.
-        """
-        words = set(_words(question)) - _STOP
-        best, best_score = None, 1
-        for f in self._all:
-            about = set(_words(" ".join((f.question, f.id.replace("_", " "), _KIND_WORDS.get(f.kind, "")))))
-            score = 2 * len(words & (about - _STOP)) + len(words & set(f.cues))
-            if score > best_score:
-                best, best_score = f, score
-        if best is None or best.id not in self._recovery:
-            return NEUTRAL_REPLY, None
-        return best.value, best.id
+    def answer(self, question: str) -> UserReply:
+        """The values of the recovery facts the question asks for, else the neutral reply."""
+        facts = [f for f in self.asked(question) if f.id in self._recovery]
+        if not facts:
+            return UserReply(NEUTRAL_REPLY)
+        return self.guard.check(compose(facts), question)
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
-
-
-_KIND_WORDS = {
-    "time": "time when hour start",
-    "date": "date day when",
-    "email": "email mail address",
-    "id": "id which number reference",
-    "amount": "amount much cost price total sum",
-    "integer": "number many count",
-}
-_STOP = {"the", "a", "an", "is", "of", "to", "on", "what", "which", "should", "i", "it", "be", "how", "for", "at"}
+def default_simulator(task: Task, variant: Variant) -> UserSimulator:
+    """The offline simulator of one instance: its recovery annotation and canaries."""
+    return UserSimulator(task, variant.recovery, variant.canaries)
