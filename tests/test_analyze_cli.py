@@ -109,8 +109,10 @@ def test_report_from_store_runs_nothing(tmp_path: Path, caplog: pytest.LogCaptur
     html = tmp_path / "r.html"
     assert main(["report", "--store", str(store), "--out", str(html), *FAST]) == 0
     text = html.read_text(encoding="utf-8")
-    assert "vendor/model-x" in text and "final: &lt;b&gt;vendor/model-x&lt;/b&gt;" in text
-    assert "final: <b>" not in text
+    assert "vendor/model-x" in text
+    pages = "".join(p.read_text(encoding="utf-8") for p in (tmp_path / "r-tasks").rglob("*.html"))
+    assert "final: &lt;b&gt;vendor/model-x&lt;/b&gt;" in pages   # trajectories are on the task pages
+    assert "final: <b>" not in text + pages
     assert main(["report", "--store", str(store), "--out", str(html), "--run-id", "nope"]) == 2
     assert "no run 'nope'" in caplog.text
     assert main(["report", "--store", str(tmp_path / "missing.sqlite"), "--out", str(html)]) == 2
@@ -126,5 +128,6 @@ def test_report_from_a_plugin_store_has_diffs(pytester: pytest.Pytester, suite_p
     html = pytester.path / "again.html"
     assert main(["report", "--store", str(store), "--out", str(html), "--suite", "suites/workflows", *FAST]) == 0
     text = html.read_text(encoding="utf-8")
-    assert "diff not recorded" not in text and "<span class='add'>" in text and "<mark>" in text
     assert "tool_count" in text   # task-property predictors from --suite
+    drill = (pytester.path / "again-tasks" / "workflows" / "share-report.html").read_text(encoding="utf-8")
+    assert "diff not recorded" not in drill and "<span class='add'>" in drill and "<mark>" in drill

@@ -202,6 +202,28 @@ def test_report_shows_clean_and_perturbed_images_side_by_side() -> None:
     assert html.count("<img class=obsimg") == 2
 
 
+def test_images_go_to_the_task_page_never_the_main_page(tmp_path: Path) -> None:
+    """A report re-read from the store (rows without ``image_edits``): the images are on the task's page only."""
+    from pytest_agentperturb import gate
+    from pytest_agentperturb.model.records import EpisodeRecord
+    from pytest_agentperturb.report import analyse, episode_table, pages_folder, write_report
+    from pytest_agentperturb.report.pages import page_path
+
+    t = task("chart-q3-spend")
+    agent = make_agent("reference/literal")
+    recs = [run_episode_sync(t, v, agent, run_id="t", seed=0)
+            for v in (clean_variant(t), ENGINE.make_variant(t, "inserted-image-overwrite", 0))]
+    rows = [EpisodeRecord.from_row(r.to_row()).to_row() for r in recs]   # as the store gives them back
+    table = episode_table(rows)
+    a = analyse(table, rows, replicates=20, permutations=50)
+    main = write_report(tmp_path / "agentperturb.html", a, gate.evaluate(gate.Thresholds(), a), n_rows=len(table))
+    drill = (pages_folder(main) / page_path("workflows", "chart-q3-spend")).read_text(encoding="utf-8")
+    assert "data:image" not in main.read_text(encoding="utf-8")
+    # each trajectory's image once, plus the clean/perturbed pair beside the perturbed episode
+    assert drill.count("<img class=obsimg alt='image observation'") == 2
+    assert "clean image" in drill and "perturbed image" in drill and drill.count("data:image/png;base64,") == 4
+
+
 def test_a_model_backed_agent_gets_the_pixels_and_never_the_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_openai import FakeOpenAI, Script, answer, preimport, tool_call
 

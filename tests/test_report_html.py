@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import scipy.cluster.hierarchy  # noqa: F401  (loaded before pytester's in-process runs, which
@@ -15,19 +17,33 @@ import scipy.stats  # noqa: F401               restore sys.modules and cannot re
 from pytest_agentperturb.report import svg
 from pytest_agentperturb.gate import parse
 from pytest_agentperturb import gate
-from pytest_agentperturb.report import analyse, episode_anchor, episode_table, highlight, render_page
+from pytest_agentperturb.report import (analyse, episode_anchor, episode_table, highlight, pages_folder, render_page,
+                                        write_report)
+from pytest_agentperturb.report.pages import page_path
+from report_links import assert_links_resolve
 
 EVIL = "<script>alert('x')</script>"
 
 
 class Page:
-    """The report for rows: analysis, the gate's verdict and the page (what a session end does)."""
+    """The report for rows: analysis, the gate's verdict, the main page and the task pages (a session end)."""
 
-    def __init__(self, rows: list[dict[str, Any]], thresholds: gate.Thresholds | None = None, **kw: Any) -> None:
+    def __init__(self, rows: list[dict[str, Any]], thresholds: gate.Thresholds | None = None,
+                 out: Path | None = None, **kw: Any) -> None:
         table = episode_table(rows)
         self.analysis = analyse(table, rows, **kw)
         self.verdict = gate.evaluate(thresholds or gate.Thresholds(), self.analysis)
         self.html = render_page(self.analysis, self.verdict, n_rows=len(table))
+        self.pages: dict[str, str] = {}
+        if out is not None:
+            self.main = write_report(out, self.analysis, self.verdict, n_rows=len(table))
+            assert self.main.read_text(encoding="utf-8") == self.html
+            self.folder = pages_folder(out)
+            self.pages = {p.relative_to(self.folder).as_posix(): p.read_text(encoding="utf-8")
+                          for p in sorted(self.folder.rglob("*.html"))}
+
+    def task(self, suite: str, task: str) -> str:
+        return self.pages[page_path(suite, task)]
 
 
 def build(rows: list[dict[str, Any]], **kw: Any) -> Page:
@@ -46,7 +62,7 @@ def rows() -> list[dict[str, object]]:
                 t, _, k = fam.partition("-")
                 traj = [{"role": "assistant", "tool": "mail_send", "args": {"to": "eve@wrong.test" if k else "a@b.c"}},
                         {"role": "tool", "tool": "mail_send", "content": "ERROR: " + EVIL},
-                        {"role": "assistant", "content": f"Done {EVIL}", "final": True},
+                        {"role": "assistant", "content": f"Done {EVIL} ({model} {i} {fam})", "final": True},
                         {"role": "grader", "checks": [["mail sent to <a@b.c>", reward == 1.0]]}]
                 out.append({"run_id": "r", "model": model, "suite": "s", "task": f"task-{i}\"'", "family": fam,
                             "target": t if k else "clean", "type": k or "clean", "operator": "op<1>", "seed": 3,
@@ -59,26 +75,41 @@ def rows() -> list[dict[str, object]]:
 
 
 @pytest.fixture(scope="module")
-def page() -> str:
-    return build(rows(), replicates=100, permutations=500).html
+def report(tmp_path_factory: pytest.TempPathFactory) -> Page:
+    return build(rows(), replicates=100, permutations=500,
+                 out=tmp_path_factory.mktemp("report") / "agentperturb.html")
 
 
-def test_strings_from_tasks_models_and_tools_stay_inert(page: str) -> None:
-    assert "<script" not in page.lower()
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
-    assert "<img" not in page and "acme/&lt;img src=x onerror=alert(1)&gt;" in page
-    assert "op<1>" not in page and "task-0\"'" not in page
+@pytest.fixture(scope="module")
+def page(report: Page) -> str:
+    return report.html
 
 
-def test_self_contained_no_network(page: str) -> None:
-    assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", page)
-    assert "<link" not in page and "@import" not in page
-    assert set(re.findall(r"https?://[^\s'\"<>]+", page)) <= {"http://www.w3.org/2000/svg"}   # SVG namespace only
+def all_pages(report: Page) -> list[tuple[str, str]]:
+    return [("main page", report.html), *report.pages.items()]
+
+
+def test_strings_from_tasks_models_and_tools_stay_inert(report: Page) -> None:
+    for name, text in all_pages(report):
+        assert "<script" not in text.lower(), name
+        assert "<img" not in text and "op<1>" not in text and "task-0\"'" not in text, name
+    page = report.html
+    assert "acme/&lt;img src=x onerror=alert(1)&gt;" in page and "task-0&quot;&#x27;" in page
+    drill = report.task("s", "task-0\"'")
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in drill
+    assert "acme/&lt;img src=x onerror=alert(1)&gt;" in drill and "op&lt;1&gt;" in drill
+
+
+def test_self_contained_no_network(report: Page) -> None:
+    for name, text in all_pages(report):
+        assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", text), name
+        assert "<link" not in text and "@import" not in text and "<script" not in text, name
+        assert set(re.findall(r"https?://[^\s'\"<>]+", text)) <= {"http://www.w3.org/2000/svg"}, name
 
 
 def test_top_of_page_order_and_baselines(page: str) -> None:
     gate, table, heat = page.index("class='gate"), page.index("class='models'"), page.index("<svg")
-    assert gate < table < heat < page.index("id='degradation'") < page.index("id='episodes'")
+    assert gate < table < heat < page.index("id='degradation'") < page.index("id='tasks'")
     assert "reference/careful <span class='tag baseline'>baseline</span>" in page
     assert "acme/&lt;img src=x onerror=alert(1)&gt; <span" not in page
     for sid in ("marginal", "paired", "malleability", "compliance", "predictors", "sensitivity", "cost", "labels"):
@@ -86,23 +117,50 @@ def test_top_of_page_order_and_baselines(page: str) -> None:
     assert "[" in page and "95% CI" in page
 
 
-def test_drill_down_side_by_side_with_diff_and_canaries(page: str) -> None:
-    assert "<h4>clean</h4>" in page and "<h4>perturbed</h4>" in page
-    assert "<span class='add'>+to eve@wrong.test</span>" in page
-    assert "<mark>eve@wrong.test</mark>" in page
-    r = rows()[1]
-    assert f"id='{episode_anchor(r)}'" in page
+def test_the_main_page_links_each_task_and_holds_no_trajectory(report: Page) -> None:
+    page = report.html
+    assert "<ol class=traj" not in page and "Done &lt;script" not in page and "<mark>" not in page
+    for i in range(3):
+        assert f"href='agentperturb-tasks/{page_path('s', f'task-{i}' + chr(34) + chr(39))}'" in page
+    assert "href='agentperturb-tasks/index.html'" in page
+    assert sorted(report.pages) == ["index.html", *sorted(page_path("s", f"task-{i}\"'") for i in range(3))]
+
+
+def test_drill_down_side_by_side_with_diff_and_canaries(report: Page) -> None:
+    drill = report.task("s", "task-1\"'")
+    assert "<div class=pair><div class=clean" in drill and "<section class=ep" in drill
+    assert "<span class='add'>+to eve@wrong.test</span>" in drill
+    assert "<mark>eve@wrong.test</mark>" in drill
+    for r in rows():   # every episode has its anchor once, on its task's page
+        assert report.task("s", str(r["task"])).count(f"id='{episode_anchor(r)}'") == 1
+        assert sum(text.count(f"id='{episode_anchor(r)}'") for _, text in all_pages(report)) == 1
+
+
+def test_each_trajectory_is_rendered_once(report: Page) -> None:
+    for i in range(3):
+        drill = report.task("s", f"task-{i}\"'")
+        mine = [r for r in rows() if r["task"] == f"task-{i}\"'"]
+        assert drill.count("<ol class=traj>") == len(mine) == 6
+        for r in mine:   # each final answer names its episode: it appears once, on its own page
+            final = f"Done &lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; ({html.escape(str(r['model']))} {i} "
+            assert drill.count(final + f"{r['family']})") == 1
+    assert sum(text.count("<ol class=traj>") for _, text in all_pages(report)) == len(rows())
+
+
+def test_links_resolve_to_pages_that_exist(report: Page) -> None:
+    assert assert_links_resolve(report.main) >= 3 + 3 * 2 + 3
 
 
 def test_highlight_escapes_before_marking() -> None:
     assert highlight("a <b> c", ["<b>"]) == "a <mark>&lt;b&gt;</mark> c"
     assert highlight("x", []) == "x"
+    assert highlight("a<b>a", ["a", "<b>"]) == "<mark>a</mark><mark>&lt;b&gt;</mark><mark>a</mark>"
 
 
-def test_deterministic_bytes() -> None:
-    a = build(rows(), replicates=100, permutations=500, seed=1).html
-    b = build(rows(), replicates=100, permutations=500, seed=1).html
-    assert a == b
+def test_deterministic_bytes(tmp_path: Path) -> None:
+    a = build(rows(), replicates=100, permutations=500, seed=1, out=tmp_path / "a" / "agentperturb.html")
+    b = build(rows(), replicates=100, permutations=500, seed=1, out=tmp_path / "b" / "agentperturb.html")
+    assert a.html == b.html and a.pages == b.pages and len(a.pages) == 4
 
 
 def test_gate_box_states() -> None:
@@ -131,14 +189,20 @@ def _run(pytester: pytest.Pytester, suite_path: Path, *args: str) -> pytest.RunR
 def test_plain_run_under_xdist_writes_full_report(pytester: pytest.Pytester, suite_path: Path) -> None:
     r = _run(pytester, suite_path, "-n", "2")
     assert r.ret == 0
-    text = (pytester.path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    main = pytester.path / "reports" / "agentperturb.html"
+    text = main.read_text(encoding="utf-8")
     assert "reference/literal <span class='tag baseline'>baseline</span>" in text
     assert "reference/careful <span class='tag baseline'>baseline</span>" in text
+    assert "tool_count" in text   # task properties travel on the reports to the controller
     from pytest_agentperturb.model.task import FAMILIES, INSERTED
 
-    assert text.count("<details id='ep-") == (1 + len(FAMILIES) + len(INSERTED)) * 2  # one task, two agents
-    assert "diff not recorded" not in text and "<mark>" in text
-    assert "tool_count" in text   # task properties travel on the reports to the controller
+    drill = (pytester.path / "reports" / "agentperturb-tasks" / "workflows" / "share-report.html").read_text()
+    assert "href='agentperturb-tasks/workflows/share-report.html'" in text
+    assert drill.count("<div class=clean id='ep-") == 2                                  # one task, two agents
+    assert drill.count("<section class=ep id='ep-") == (len(FAMILIES) + len(INSERTED)) * 2
+    assert drill.count("<ol class=traj>") == (1 + len(FAMILIES) + len(INSERTED)) * 2      # each rendered once
+    assert "diff not recorded" not in drill and "<mark>" in drill
+    assert assert_links_resolve(main) > 3
 
 
 def test_pytest_html_extras(pytester: pytest.Pytester, suite_path: Path) -> None:
@@ -154,7 +218,14 @@ def test_pytest_html_extras(pytester: pytest.Pytester, suite_path: Path) -> None
     extras = [e for t in blob["tests"].values() for run in t for e in run.get("extras", [])]
     names = {e.get("name") for e in extras}
     assert "agentperturb report" in names
-    link = next(e for e in extras if e.get("name") == "agentperturb report")["content"]
+    link = next(e for tid, t in blob["tests"].items() if "share-report" in tid for run in t
+                for e in run.get("extras", []) if e.get("name") == "agentperturb report")["content"]
     assert link.startswith("file://") and "#ep-" in link
+    from urllib.parse import urlparse
+
+    url = urlparse(link)   # the episode on its task's page
+    page = Path(unquote(url.path))
+    assert page == (pytester.path / "reports" / "agentperturb-tasks" / "workflows" / "share-report.html").resolve()
+    assert f"id='{url.fragment}'" in page.read_text(encoding="utf-8")
     body = " ".join(str(e.get("content", "")) for e in extras)
     assert "verdict <b>" in body and "<span class='add'>" in body

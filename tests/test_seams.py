@@ -74,7 +74,9 @@ def test_python_benchmark_runs_every_family_end_to_end(kv_project: pytest.Pytest
     careful = {r["family"]: r["reward"] for r in rows if r["model"] == "reference/careful"}
     assert sum(careful.values()) > sum(literal.values())  # the grader tells the agents apart
     html = (kv_project.path / "reports" / "agentperturb.html").read_text()
-    assert "invoice-approval" in html and "the reviewer is notified" in html  # the Python grader's checks
+    assert "invoice-approval" in html
+    drill = (kv_project.path / "reports" / "agentperturb-tasks" / "kv" / "invoice-approval.html").read_text()
+    assert "the reviewer is notified" in drill  # the Python grader's checks, on the task's page
 
 
 def test_named_suite_ids_select_with_k_and_reproduce_with_the_suite_flag(kv_project: pytest.Pytester) -> None:

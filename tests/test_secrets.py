@@ -30,8 +30,10 @@ def test_a_planted_key_appears_in_no_output(pytester: pytest.Pytester, monkeypat
     assert len(sent) == 5, f"{len(sent)} requests: {[r.get('model') for r in sent]}\n" + "\n".join(result.outlines[-40:])
     text = "\n".join(result.outlines + result.errlines)
     assert "AuthenticationError" in text and "<OPENAI_API_KEY>" in text, text[-3000:]  # shown, redacted
-    outputs = {p.name: p.read_bytes() for p in pytester.path.iterdir() if p.is_file()}
-    assert {"s.sqlite", "r.html", "j.xml", "log.txt"} <= set(outputs)
+    outputs = {p.relative_to(pytester.path).as_posix(): p.read_bytes() for p in pytester.path.rglob("*")
+               if p.is_file()}
+    assert {"s.sqlite", "r.html", "j.xml", "log.txt", "r-tasks/workflows/forward-invoice.html"} <= set(outputs)
+    assert b"AuthenticationError" in outputs["r-tasks/workflows/forward-invoice.html"]  # the error is on the page
     for name, data in [*outputs.items(), ("terminal", text.encode())]:
         assert b"SECRET123" not in data, f"the API key leaked into {name}"
     # the key was really used: it travels in the request header, never in a body

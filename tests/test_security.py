@@ -107,8 +107,22 @@ def test_every_user_and_model_string_is_inert_in_both_html_outputs(pytester: pyt
     assert "onerror=alert(1)" in result.stdout.str()  # the id really held the payload
 
     page = (pytester.path / "r.html").read_text(encoding="utf-8")
-    assert html.escape(PAYLOADS[1]) in page  # shown, as text
+    assert html.escape('x"><img src=x onerror=alert(1)>') in page  # the task id, shown as text
     assert_inert(page, "the agentperturb report")
+    # the task pages: the hostile task id names no path, and every string on them is inert
+    folder = pytester.path / "r-tasks"
+    pages = sorted(folder.rglob("*"))
+    assert all(p.is_dir() or p.suffix == ".html" for p in pages)
+    (drill,) = [p for p in pages if p.is_file() and p.name != "index.html"]
+    assert drill.parent.name == "evil" and re.fullmatch(r"x-img-src-x-onerror-alert-1--[0-9a-f]{10}\.html", drill.name)
+    text = drill.read_text(encoding="utf-8")
+    assert html.escape(PAYLOADS[1]) in text and html.escape(PAYLOADS[0]) in text  # the agent's strings, as text
+    assert text.count(" id='ep-") == 8 and text.count("<ol class=traj>") == 4  # both agents' episodes, once each
+    assert text.count("error (not an agent failure)") == 4   # the broken agent's: an error, no trajectory
+    for p in pages:
+        if p.is_file():
+            assert_inert(p.read_text(encoding="utf-8"), f"the task page {p.name}")
+    assert sorted(p.name for p in pytester.path.iterdir() if p.name.startswith("r")) == ["r-tasks", "r.html"]
 
     text = (pytester.path / "ph.html").read_text(encoding="utf-8")
     assert_no_raw_payload(text, "the pytest-html page")  # (the page has pytest-html's own script)

@@ -1,9 +1,10 @@
 """The ``report``, ``analyze`` and ``export`` sub-commands of ``agentperturb``.
 
-``report`` re-renders the HTML report from a results store without running
-anything; ``analyze`` runs the full analysis on an episodes CSV (at least
-``model, suite, task, family, reward``) and writes a JSON summary and/or the
-report; ``export`` writes the store's episode table as CSV or Parquet.  The
+``report`` re-renders the HTML report (the main page and a page per task
+beside it) from a results store without running anything; ``analyze`` runs
+the full analysis on an episodes CSV (at least ``model, suite, task,
+family, reward``) and writes a JSON summary and/or the report; ``export``
+writes the store's episode table as CSV or Parquet.  The
 gate thresholds, store and report defaults come from the plugin's one option
 table (:data:`~..model.options.OPTIONS`); a breached threshold makes the exit
 status 1.
@@ -134,17 +135,16 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
         return s.rows(None if run_id in (None, "all") else run_id)
 
 
-def _judge_and_render(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
-                      extra: dict[str, Any] | None = None) -> tuple[Analysis | None, gate.Verdict, str]:
-    """Analysis, gate verdict and report page: the same steps as the plugin's session end."""
+def _judge(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
+           extra: dict[str, Any] | None = None) -> tuple[Analysis | None, gate.Verdict, dict[str, Any]]:
+    """Analysis, gate verdict and the report's page options: the same steps as the plugin's session end."""
     from .. import report
 
     thresholds = gate.from_args(args)
     kw = {**_inputs(args), **(extra or {})}
     analysis = report.analyse(table, rows, **kw)
     verdict = gate.evaluate(thresholds, analysis)
-    html = report.render_page(analysis, verdict, skipped=(), has_capability="capability" in kw, n_rows=len(table))
-    return analysis, verdict, html
+    return analysis, verdict, {"skipped": (), "has_capability": "capability" in kw, "n_rows": len(table)}
 
 
 def _finish(verdict: gate.Verdict) -> int:
@@ -160,9 +160,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     rows = _store_rows(args.store, args.run_id)
     table = report.episode_table(rows)
     check_values(table, args.store)
-    _, verdict, html = _judge_and_render(table, rows, args, _baseline(args, rows))
-    report.write(args.out, html)
-    log.info("report: %s (%d episodes)", args.out, len(rows))
+    analysis, verdict, page = _judge(table, rows, args, _baseline(args, rows))
+    report.write_report(args.out, analysis, verdict, **page)
+    log.info("report: %s (%d episodes; task pages in %s)", args.out, len(rows), report.pages_folder(args.out))
     return _finish(verdict)
 
 
@@ -236,7 +236,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if not args.json_out and not args.out:
         raise OptionError("analyze: nothing to write; pass --json PATH and/or --out PATH")
     table = read_results(args.results, args.success_threshold)
-    analysis, verdict, html = _judge_and_render(table, [], args)
+    analysis, verdict, page = _judge(table, [], args)
     if args.json_out:
         doc = summary(analysis) if analysis is not None else {"degradation": [], "suite_average": [],
                                                               "predictors": []}
@@ -249,8 +249,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.out:
         from .. import report
 
-        report.write(args.out, html)
-        log.info("report: %s", args.out)
+        report.write_report(args.out, analysis, verdict, **page)
+        log.info("report: %s (task pages in %s)", args.out, report.pages_folder(args.out))
     return _finish(verdict)
 
 

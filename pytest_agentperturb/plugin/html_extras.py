@@ -43,7 +43,7 @@ class HtmlExtras:
             return report
         from pytest_html import extras
 
-        from ..report import diff_html, episode_anchor
+        from ..report import diff_html, episode_url
         from ..report.svg import esc
 
         rec = item.record
@@ -56,7 +56,7 @@ class HtmlExtras:
                 f"verdict <b>{esc(verdict)}</b> {esc(comp)} · reward {esc(rec.reward)}</p>"
                 + (f"<p>canaries: {esc(cans)}</p>" if cans else "")
                 + (diff_html(v.diff) if v is not None and v.diff else "") + "</div>")
-        link = self.report_path.resolve().as_uri() + "#" + episode_anchor(row)
+        link = episode_url(self.report_path, row)   # the episode on its task's page
         report.extras = [*getattr(report, "extras", []), extras.html(body),
                          extras.url(link, name="agentperturb report")]
         return report

@@ -564,9 +564,8 @@ class AgentPerturbSession:
         self.verdict = evaluate(self.thresholds, self.analysis)
         if self.records:  # never replace the last report by an empty one
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(self.invalid.items())]
-            html = report.render_page(self.analysis, self.verdict, settings=self.settings, skipped=self.skipped,
-                                      extra_sections=sections, n_rows=len(table), notes=notes)
-            report.write(self.settings.report, html)
+            report.write_report(self.settings.report, self.analysis, self.verdict, settings=self.settings,
+                                skipped=self.skipped, extra_sections=sections, n_rows=len(table), notes=notes)
         if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -1,0 +1,163 @@
+"""One episode in HTML: its anchor, trajectory, diff and canaries (every string escaped).
+
+The pieces the drill-down pages (:mod:`.pages`) and the pytest-html extras
+are built from.  A trajectory is a list of JSON entries (calls,
+observations with optional image parts, replies, the grader's checks);
+canaries are escaped first and then wrapped in ``<mark>``, so a canary that
+looks like markup stays inert.  Only PNG/JPEG/... data URLs with base64
+text are embedded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..model.protocols import IMAGE_TYPES
+from .svg import esc
+
+#: The stylesheet of every report page (inline: the pages load nothing).
+CSS = """
+body{font-family:system-ui,sans-serif;margin:1em 2em;color:#222;max-width:1280px;font-size:14px}
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
+h3{font-size:1em}h4{margin:.3em 0}table{border-collapse:collapse;margin:.4em 0 1em}
+td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}td.ci{color:#555;font-size:.9em}.muted{color:#666}
+.tag{font-size:.75em;padding:.05em .35em;border-radius:3px;background:#ddd}.baseline{background:#ffe9a8}
+.gate{padding:.5em .8em;border-radius:4px;margin:.5em 0;font-weight:600}.gate ul{margin:.2em 0;font-weight:400}
+.gate.pass{background:#e3f4e6;color:#186a2c}.gate.fail{background:#fbe3e3;color:#a11}.gate.none{background:#eee}
+.top{display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start}.grid{display:flex;flex-wrap:wrap;gap:1em}
+pre{white-space:pre-wrap;background:#f8f8f8;padding:.4em;margin:.2em 0;max-height:24em;overflow:auto}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:1em}ol.traj{padding-left:1.6em;margin:.2em 0}
+ol.traj li{margin:.1em 0;word-break:break-word}.call{color:#124}.obs{color:#555}.err{color:#a11}
+.final{font-weight:600}mark{background:#ffd54f}.add{color:#186a2c}.del{color:#a11}.hunk{color:#777}
+.pass{color:#186a2c}.fail{color:#a11}details{margin:.15em 0}nav a{margin-right:.8em}
+img.obsimg{max-width:100%;border:1px solid #ccc;margin:.2em 0}
+.pair{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1.2em;align-items:start}
+.pair>.clean{position:sticky;top:0;max-height:100vh;overflow:auto;background:#fbfbfb;border:1px solid #e4e4e4;
+padding:0 .6em}.ep{border-top:2px solid #ddd;padding:.3em 0 .8em}table.fams td{text-align:center}
+table.fams a{text-decoration:none}table.fams td.l{text-align:left}
+"""
+
+
+def episode_anchor(row: Mapping[str, Any]) -> str:
+    """Stable HTML id of an episode (pytest-html extras link to it)."""
+    seed = row.get("seed")
+    try:
+        seed = int(float(seed))  # type: ignore[arg-type]   # 3, "3" and 3.0 name the same episode
+    except (TypeError, ValueError):
+        pass
+    key = "|".join(str(row.get(k, "")) for k in ("run_id", "model", "suite", "task", "family")) + f"|{seed}"
+    try:
+        repeat = int(float(row.get("repeat") or 0))
+    except (TypeError, ValueError):
+        repeat = 0
+    key += f"|r{repeat}" if repeat else ""   # repeat 0 keeps the anchors of runs without repeats
+    return "ep-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def load_json_list(x: Any) -> Any:
+    """A JSON list stored as text (or already a list); ``[]`` for anything else."""
+    if isinstance(x, str):
+        try:
+            return json.loads(x) if x else []
+        except ValueError:
+            return []
+    return x if isinstance(x, (list, tuple)) else []
+
+
+def marker(canaries: Sequence[str]) -> Callable[[str], str]:
+    """A function that escapes a text and wraps every canary in it in ``<mark>`` (escaping first)."""
+    needles = sorted({c for c in canaries if c}, key=len, reverse=True)
+    if not needles:
+        return esc
+    if len(needles) == 1:   # the usual case: no pattern to compile
+        needle = needles[0]
+        marked = f"<mark>{esc(needle)}</mark>"
+        return lambda text: marked.join(esc(part) for part in text.split(needle)) if needle in text else esc(text)
+    pat = re.compile("|".join(re.escape(n) for n in needles))
+
+    def mark(text: str) -> str:
+        out, pos = [], 0
+        for m in pat.finditer(text):
+            out += [esc(text[pos:m.start()]), f"<mark>{esc(m.group(0))}</mark>"]
+            pos = m.end()
+        out.append(esc(text[pos:]))
+        return "".join(out)
+
+    return mark
+
+
+def highlight(text: str, canaries: Sequence[str]) -> str:
+    """Escape ``text`` and wrap every canary occurrence in ``<mark>`` (escaping first, so it stays inert)."""
+    return marker(canaries)(text)
+
+
+def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
+    """A trajectory as an ordered list of calls, observations, replies and the grader's checks."""
+    mark = marker(canaries)
+    items = []
+    for e in load_json_list(traj):
+        if not isinstance(e, Mapping):
+            continue
+        role = e.get("role")
+        if role == "assistant" and "tool" in e:
+            args = e.get("args")
+            a = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
+            items.append(f"<li class=call>→ <b>{mark(str(e['tool']))}</b>({mark(a)})</li>")
+        elif role == "assistant":
+            cls = "final" if e.get("final") else "call"
+            items.append(f"<li class={cls}>{'final: ' if e.get('final') else ''}{mark(str(e.get('content', '')))}</li>")
+        elif role == "tool":
+            c = str(e.get("content", ""))
+            imgs = "".join(image_html(p) for p in (e.get("parts") or []) if isinstance(p, Mapping))
+            items.append(f"<li class={'err' if c.startswith('ERROR') else 'obs'}>← {mark(c)}{imgs}</li>")
+        elif role == "grader":
+            checks = e.get("checks") or []
+            items.append("<li class=obs>grader: " + "; ".join(
+                f"<span class={'pass' if ok else 'fail'}>{'✓' if ok else '✗'} {esc(c)}</span>"
+                for c, ok in checks) + "</li>")
+        else:
+            items.append(f"<li class=obs>{esc(role)}: {mark(str(e.get('content', '')))}</li>")
+    return f"<ol class=traj>{''.join(items)}</ol>" if items else "<p class=muted>no trajectory recorded</p>"
+
+
+def image_html(part: Mapping[str, Any]) -> str:
+    """An image part of an observation as an inline ``<img>`` (data URL); other parts render nothing.
+
+    Only the media types of :data:`IMAGE_TYPES` are embedded and only
+    base64 text reaches the attribute, so the markup stays inert.
+    """
+    if part.get("type") != "image" or part.get("mime_type") not in IMAGE_TYPES:
+        return ""
+    data = str(part.get("data", ""))
+    if not re.fullmatch(r"[A-Za-z0-9+/=]*", data):
+        return ""
+    return f"<br><img class=obsimg alt='image observation' src='data:{part['mime_type']};base64,{data}'>"
+
+
+def diff_html(diff: str) -> str:
+    """A unified diff with added/removed lines coloured (escaped)."""
+    if not diff:
+        return "<p class=muted>diff not recorded</p>"
+    lines = []
+    for line in diff.splitlines():
+        cls = "add" if line.startswith("+") and not line.startswith("+++") else \
+            "del" if line.startswith("-") and not line.startswith("---") else "hunk" if line.startswith("@@") else ""
+        lines.append(f"<span class='{cls}'>{esc(line)}</span>" if cls else esc(line))
+    return "<pre>" + "\n".join(lines) + "</pre>"
+
+
+def verdict(r: Mapping[str, Any]) -> tuple[str, str]:
+    """(word, CSS class) of an episode's outcome: error, pass or fail."""
+    if r.get("error"):
+        return "error", "fail"
+    return ("pass", "pass") if r.get("success") else ("fail", "fail")
+
+
+def canaries_of(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The canaries recorded with an episode's variant (JSON text or a list of mappings)."""
+    return [c for c in load_json_list(r.get("canaries")) if isinstance(c, Mapping)]
