@@ -11,11 +11,19 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # C extensions (numpy.fft, scipy's) cannot be loaded twice in one process, and in-process
-# pytester runs drop the modules they imported: load what the analysis uses up front.
+# pytester runs drop the modules they imported: load what the analysis uses up front.  The same
+# holds for pillow and the imaging layer, whose fonts and rendered images are cached per module:
+# re-imported after an in-process run, they no longer match what an earlier import drew.
 import numpy.fft  # noqa: F401
 import pandas  # noqa: F401
+import PIL.Image  # noqa: F401
+import PIL.ImageDraw  # noqa: F401
+import PIL.ImageFont  # noqa: F401
 import pytest
 import scipy.stats  # noqa: F401
+
+import pytest_agentperturb.formats  # noqa: F401
+import pytest_agentperturb.imaging  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "suites" / "workflows"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_openai import preimported  # noqa: F401 (fixture)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -171,10 +172,8 @@ def test_ordinary_litellm_names_are_accepted() -> None:
 
 # -- item 10: a key echoed by the provider never reaches the store or the report ------------------------------
 def test_a_key_echoed_in_model_content_is_redacted_before_it_is_stored(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fake_openai import FakeOpenAI, Reply, answer, preimport, tool_call
-
-    preimport()
+        preimported: None, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fake_openai import FakeOpenAI, Reply, answer, tool_call
     import litellm
 
     env_key, lib_key = "sk-test-ENVSECRET9876", "sk-test-LIBSECRET5432"
