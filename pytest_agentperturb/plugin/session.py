@@ -1,18 +1,19 @@
 """The session object, registered only when ``--agentperturb`` is on.
 
 On every process it owns the session's registries (operators, agents,
-suite adapters), runs episodes for its items and writes them to the store.
-On the xdist controller (or the only process without xdist) it gathers the
-per-item records that travel on the test reports, prints the summary, runs
-the analysis (against the ``--agentperturb-baseline`` run when one is named),
-asks the gate for a verdict and writes the HTML report once, at the end.
+suite adapters), runs episodes for its items and writes each to the store
+as soon as it is scored.  On the xdist controller (or the only process
+without xdist) it counts the slim per-item rows that travel on the test
+reports (:mod:`.results`), and at the end reads this session's episodes back
+from the store, prints the summary, runs the analysis (against the
+``--agentperturb-baseline`` run when one is named), asks the gate for a
+verdict and writes the HTML report once.  No process keeps the episodes'
+trajectories during the run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,17 +26,21 @@ from ..model.options import OPTIONS, Settings, check_name, option
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
-from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, TARGETS, Task
+from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, Task
 from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
+from .results import Results, report_row
+from .variants import VariantCache, variant_digest  # noqa: F401 (variant_digest: re-exported)
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
     from ..imaging.backends import ImageBackend
     from ..perturb.engine import Engine, Registry
+    from ..report.coverage import SuiteCoverage
     from ..run.baseline import BaselineRun
     from ..run.batcher import Batcher
     from ..run.generator import Generator
     from ..run.store import Store
+    from .schedule import Lookahead
 
 SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
 REPORT_ATTR = "agentperturb"
@@ -46,31 +51,6 @@ HARNESS_ERROR_ATTR = "agentperturb_harness_error"
 #: Attribute of a skipped item's setup report: suite, task, family, model and reason (travels under xdist).
 SKIP_ATTR = "agentperturb_skip"
 DEFAULT_FAMILIES = (CLEAN, *FAMILIES, *INSERTED)
-
-
-def variant_digest(task_digest: str, variant: Variant) -> str:
-    """Identity of the exact instance an episode ran on (guards resume)."""
-    h = hashlib.sha256()
-    for part in (__version__, task_digest, variant.family, variant.operator, str(variant.seed)):
-        h.update(part.encode() + b"\0")
-    for t in TARGETS:
-        h.update(variant.surfaces.render(t).encode())
-    for inj in variant.injections:  # an injection edits no surface but is part of the instance
-        h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode() + (f"\0{inj.vector}".encode() if inj.vector else b""))
-    for e in variant.image_edits:  # nor does an image edit
-        h.update(f"{e.tool}\0{e.match}\0{e.box}\0".encode() + e.data)
-    return h.hexdigest()
-
-
-def row_extras(item: PerturbItem) -> dict[str, Any]:
-    """What the report needs beyond the episode columns: the variant's diff and canaries, task properties."""
-    from ..analysis.predictors import task_properties
-
-    v = item.variant
-    return {"diff": v.edit_text if v is not None else "",
-            "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
-            "image_edits": [e.to_json() for e in v.image_edits] if v is not None else [],
-            "task_properties": task_properties(item.task), "notes": list(item.task.notes)}
 
 
 class AgentPerturbSession:
@@ -94,8 +74,11 @@ class AgentPerturbSession:
         self._image_backend: ImageBackend | None = None
         self._image_families: dict[str, tuple[str, ...]] = {}
         self._engine: Engine | None = None
-        self._variants: dict[tuple[str, str, int], Variant | VariantSkipped] = {}
-        self.records: list[dict[str, Any]] = []
+        self._variants = VariantCache(self.make_variant)  # made once per (task, family, seed), dropped after use
+        self._lookahead: Lookahead | None = None
+        self._tasks_sent: set[str] = set()  # tasks whose properties already travelled on a report row
+        self.results = Results()
+        self.coverage: list[SuiteCoverage] = []
         self.skipped: list[tuple[str, str]] = []
         self.harness_errors = 0
         self.invalid: dict[str, str] = {}  # node id -> why the task (suite) was not loaded
@@ -105,8 +88,8 @@ class AgentPerturbSession:
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
-        if config.pluginmanager.hasplugin("html"):
-            from .html_extras import HtmlExtras
+        if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
+            from .html_extras import HtmlExtras  # only when pytest-html writes a report (--html)
 
             config.pluginmanager.register(HtmlExtras(settings.report), "agentperturb-html-extras")
         self._batcher: Batcher | None = None
@@ -320,14 +303,18 @@ class AgentPerturbSession:
         return self._store
 
     # -- running ---------------------------------------------------------------
-    def _variant(self, item: PerturbItem) -> Variant | VariantSkipped:
-        key = (item.task.key, item.family, item.seed)
-        if key not in self._variants:
-            try:
-                self._variants[key] = self.make_variant(item)
-            except VariantSkipped as exc:
-                self._variants[key] = exc
-        return self._variants[key]
+    def _variant(self, item: PerturbItem) -> tuple[Variant, str] | VariantSkipped:
+        """The item's variant and its digest (made once for all models and repeats), or why it is skipped."""
+        return self._variants.get(item)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        try:
+            return (yield)
+        finally:
+            if isinstance(item, PerturbItem):  # after its last report: let go of the record and the variant
+                item.record = item.variant = None
+                self._variants.done(item, item.session.items)
 
     def make_variant(self, item: PerturbItem) -> Variant:
         """Rule operators, or the LLM generator when ``--agentperturb-generator`` is set."""
@@ -339,7 +326,7 @@ class AgentPerturbSession:
             return self._generator.make_variant(item.task, item.family, item.seed)
         return self.engine.make_variant(item.task, item.family, item.seed)
 
-    def variant(self, item: PerturbItem) -> Variant:
+    def variant(self, item: PerturbItem) -> tuple[Variant, str]:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
             item.skip_reason = str(v)  # reaches the controller on the setup report (SKIP_ATTR)
@@ -365,9 +352,10 @@ class AgentPerturbSession:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
             return None
-        if self.settings.resume and self.store().get(self._key(item), variant_digest(item.task.digest(), v)):
+        variant, digest = v
+        if self.settings.resume and self.store().get(self._key(item), digest):
             return None
-        return self._episode(item, v)
+        return self._episode(item, variant)
 
     def batcher(self) -> Batcher:
         if self._batcher is None:
@@ -382,33 +370,39 @@ class AgentPerturbSession:
         The episode runs on the batcher's event loop together with the
         prefetched episodes of the items this process runs next.
         """
-        variant = self.variant(item)
+        variant, digest = self.variant(item)
         item.variant = variant
         try:
-            self._run_item(item, variant)
+            self._run_item(item, variant, digest)
         except StoreError as exc:  # the harness's failure, not the agent's: an ERROR that names the file
             pytest.fail(f"results store error (not an agent failure): {exc}", pytrace=False)
 
-    def _run_item(self, item: PerturbItem, variant: Variant) -> None:
-        from .schedule import upcoming
-
-        digest = variant_digest(item.task.digest(), variant)
+    def _run_item(self, item: PerturbItem, variant: Variant, digest: str) -> None:
         item.digest = digest
         key = self._key(item)
         if self.settings.resume:
             old = self.store().get(key, digest)
             if old is not None:
                 item.record, item.reused = old, True
+                self.store().put_variant(digest, variant)  # the report reads its diff from the store
+                if self._batcher is not None:
+                    self._batcher.discard(item.nodeid)  # prefetched before the result was stored
                 return
         batcher = self.batcher()
+        if self._lookahead is None:
+            from .schedule import Lookahead
+
+            self._lookahead = Lookahead(item.session)
+        lookahead = self._lookahead
 
         def top_up(n: int) -> None:
-            for nxt in upcoming(item.session, item):
-                if n <= 0:
-                    break
+            """Submit up to ``n`` upcoming episodes; each upcoming item is looked at once per session."""
+            for nxt in lookahead.upcoming(item):
                 if not batcher.scheduled(nxt.nodeid) and (factory := self._prefetch(nxt)) is not None:
                     batcher.submit(nxt.nodeid, factory)
                     n -= 1
+                    if n <= 0:
+                        break
 
         rec: EpisodeRecord = batcher.run(item.nodeid, self._episode(item, variant), top_up)
         self.store().put(rec, digest, variant)
@@ -474,12 +468,11 @@ class AgentPerturbSession:
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
-                row = item.record.to_row()
-                row["trajectory"] = item.record.trajectory
-                row.update(reused=item.reused, nodeid=item.nodeid, threshold=item.task.threshold,
-                           reproduce=item.reproduce_line(), variant_digest=item.digest)
-                row.update(row_extras(item))  # diff, canaries, task properties for the report
-                setattr(report, REPORT_ATTR, row)
+                first = item.task.key not in self._tasks_sent  # the task's properties travel once
+                self._tasks_sent.add(item.task.key)
+                reproduce = item.reproduce_line()
+                setattr(report, REPORT_ATTR, report_row(item.record, item.variant, reused=item.reused,
+                                                        reproduce=reproduce, task=item.task if first else None))
                 if report.when == "call":
                     verdict = "pass" if item.record.success else "fail"
                     props = [("agentperturb_family", item.family), ("agentperturb_model", item.model),
@@ -495,7 +488,7 @@ class AgentPerturbSession:
                         if p not in item.user_properties:
                             item.user_properties.append(p)
                     report.user_properties = list(item.user_properties)
-                report.sections.append(("agentperturb", item.reproduce_line()))
+                report.sections.append(("agentperturb", reproduce))
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
@@ -519,7 +512,7 @@ class AgentPerturbSession:
             self.skip_rows.append(dict(skip))
         row = getattr(report, REPORT_ATTR, None)
         if row is not None and not self.is_worker:
-            self.records.append(row)
+            self.results.add(row, report.nodeid)
         invalid = getattr(report, INVALID_ATTR, None)
         if invalid is not None and not self.is_worker:
             self.invalid[report.nodeid] = str(invalid)
@@ -531,21 +524,26 @@ class AgentPerturbSession:
             self._batcher.close()
         if self._store is not None:
             self._store.close()
+            self._store = None
         if self.is_worker or self.config.option.collectonly:
             return  # nothing ran: keep the last report instead of writing an empty one
         from .. import report
         from ..gate import evaluate
         from ..report.coverage import coverage, coverage_html
 
-        self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"], r.get("repeat", 0)))
-        extra = self.config.hook.pytest_agentperturb_report_sections(
-            records=[EpisodeRecord.from_row(r) for r in self.records], config=self.config)
-        sections = [("Coverage per suite", coverage_html(coverage(self.records, self.skip_rows)))]
+        rows = self.results.read(self.settings.store, self.settings.run_id)  # every process wrote them there
+        extra = []
+        if self.config.hook.pytest_agentperturb_report_sections.get_hookimpls():
+            extra = self.config.hook.pytest_agentperturb_report_sections(
+                records=[EpisodeRecord.from_row(r) for r in rows], config=self.config)
+        self.coverage = coverage(rows, self.skip_rows)
+        sections = [("Coverage per suite", coverage_html(self.coverage))]
         sections += [s for res in extra for s in (res or [])]
-        table = report.episode_table(self.records)
-        self.analysis = report.analyse(table, self.records, seed=self.settings.seed, **self._baseline_inputs())
+        table = report.episode_table(rows)
+        self.analysis = report.analyse(table, rows, seed=self.settings.seed, **self._baseline_inputs())
+        del rows  # the table holds what the page needs
         self.verdict = evaluate(self.thresholds, self.analysis)
-        if self.records:  # never replace the last report by an empty one
+        if self.results.episodes:  # never replace the last report by an empty one
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(self.invalid.items())]
             html = report.render_page(self.analysis, self.verdict, settings=self.settings, skipped=self.skipped,
                                       extra_sections=sections, n_rows=len(table), notes=notes)
@@ -567,10 +565,11 @@ class AgentPerturbSession:
         if self.is_worker:
             return
         tr = terminalreporter
-        reused = sum(1 for r in self.records if r.get("reused"))
-        errors = sum(1 for r in self.records if r.get("error")) + self.harness_errors
+        res = self.results
+        reused = res.reused
+        errors = res.errors + self.harness_errors
         tr.write_sep("=", "agentperturb")
-        tr.write_line(f"episodes run: {len(self.records) - reused}, reused: {reused}, "
+        tr.write_line(f"episodes run: {res.episodes - reused}, reused: {reused}, "
                       f"errors: {errors} (excluded from every aggregate), "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
         if self.invalid:
@@ -582,21 +581,20 @@ class AgentPerturbSession:
 
             for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
                 tr.write_line(line)
-        if self.records or self.skip_rows:
-            from ..report.coverage import coverage, coverage_lines
+        if self.coverage:
+            from ..report.coverage import coverage_lines
 
-            for line in coverage_lines(coverage(self.records, self.skip_rows)):
+            for line in coverage_lines(self.coverage):
                 tr.write_line(f"coverage {line}")
-        failed = [r for r in self.records if r["success"] is False]
-        if failed:
-            tr.write_line(f"agent failures: {len(failed)} (first 5 below; all in the report)")
-            for r in failed[:5]:
-                tr.write_line(f"  {r['nodeid']}  reward={r['reward']}")
-                tr.write_line(f"    {r['reproduce']}")
+        if res.failed:
+            tr.write_line(f"agent failures: {res.failed} (first 5 below; all in the report)")
+            for nodeid, reward, reproduce in res.first_failures():
+                tr.write_line(f"  {nodeid}  reward={reward}")
+                tr.write_line(f"    {reproduce}")
         for line in (self.verdict.lines() if self.verdict is not None else []):
             tr.write_line(line, red=self.verdict is not None and self.verdict.failed
                           and ("breached" in line or "not evaluated" in line))
-        if self.records:
+        if res.episodes:
             tr.write_line(f"report: {self.settings.report}")
         elif not self.config.option.collectonly:
             tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")
