@@ -281,3 +281,18 @@ def test_the_bench_copies_tasks_under_new_ids_deterministically(tmp_path: Path) 
     copy_task = load_task(suite / f"{names[1]}-x1", "scale")
     original = load_task(WORKFLOWS / names[1], "scale")
     assert copy_task.id == f"{names[1]}-x1" and copy_task.surfaces == original.surfaces
+
+
+def test_a_resumed_episode_of_a_store_without_its_variant_row_still_shows_its_diff(pytester: pytest.Pytester) -> None:
+    """The report reads diffs from the store: a reused episode brings its variant's row back if it is missing."""
+    _project(pytester)
+    common = ["--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-p", "no:randomly",
+              "-k", "forward-invoice and user-missing", "--agentperturb-store", "s.sqlite",
+              "--agentperturb-model", "reference/literal"]
+    assert pytester.runpytest(*common).ret in (0, 1)
+    with sqlite3.connect(pytester.path / "s.sqlite") as c:
+        assert c.execute("DELETE FROM variants").rowcount == 1  # as an older store would lack it
+    again = pytester.runpytest(*common, "--agentperturb-resume", "--agentperturb-report", "again.html")
+    again.stdout.fnmatch_lines(["*episodes run: 0, reused: 1, errors: 0*"])
+    page = (pytester.path / "again.html").read_text(encoding="utf-8")
+    assert "diff not recorded" not in page and "+++ b/workflows/forward-invoice/" in page

@@ -5,7 +5,7 @@ process that ran it (:meth:`~..run.store.Store.put`).  Its test report then
 carries only a slim row (:func:`report_row`): the episode's key and
 outcome, the reproduce line of a failure, and, once per task and process,
 what the report needs about the task (its properties and an adapter's
-notes); an image variant's edits travel with its rows.  The controller (the
+notes); an image variant's edits travel once per variant and process.  The controller (the
 only process without xdist) folds those rows into :class:`Results`: a few
 counters, the episode keys, the first failures to print and the per-task
 and per-variant extras.  Nothing of a trajectory stays in memory during the
@@ -38,8 +38,10 @@ def report_row(rec: EpisodeRecord, variant: Variant | None, *, reused: bool, rep
                task: Task | None = None) -> dict[str, Any]:
     """The row an episode's test report carries (to the xdist controller): key and outcome, no trajectory.
 
-    ``task`` is given with the first row of a task on this process: its
-    properties and notes then travel once, not with every episode.
+    ``task`` is given with the first row of a task on this process, and
+    ``variant`` with the first row of a variant: the task's properties and
+    notes, and an image variant's edits, then travel once, not with every
+    episode.
     """
     row: dict[str, Any] = {k: getattr(rec, k) for k in KEY_FIELDS}
     row.update(success=rec.success, compliance=rec.compliance, reward=rec.reward, error=rec.error,

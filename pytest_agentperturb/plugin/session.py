@@ -29,7 +29,7 @@ from ..model.records import EpisodeRecord, Variant
 from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, Task
 from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
 from .results import Results, report_row
-from .variants import VariantCache, variant_digest  # noqa: F401 (variant_digest: re-exported)
+from .variants import VariantCache, key_of, variant_digest  # noqa: F401 (variant_digest: re-exported)
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -76,7 +76,7 @@ class AgentPerturbSession:
         self._engine: Engine | None = None
         self._variants = VariantCache(self.make_variant)  # made once per (task, family, seed), dropped after use
         self._lookahead: Lookahead | None = None
-        self._tasks_sent: set[str] = set()  # tasks whose properties already travelled on a report row
+        self._sent: set[object] = set()  # tasks and variants whose extras already travelled on a report row
         self.results = Results()
         self.coverage: list[SuiteCoverage] = []
         self.skipped: list[tuple[str, str]] = []
@@ -468,11 +468,13 @@ class AgentPerturbSession:
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
-                first = item.task.key not in self._tasks_sent  # the task's properties travel once
-                self._tasks_sent.add(item.task.key)
+                first, vkey = item.task.key not in self._sent, key_of(item)  # task, variant extras: once
+                first_v = vkey not in self._sent
+                self._sent.update((item.task.key, vkey))
                 reproduce = item.reproduce_line()
-                setattr(report, REPORT_ATTR, report_row(item.record, item.variant, reused=item.reused,
-                                                        reproduce=reproduce, task=item.task if first else None))
+                setattr(report, REPORT_ATTR, report_row(item.record, item.variant if first_v else None,
+                                                        reused=item.reused, reproduce=reproduce,
+                                                        task=item.task if first else None))
                 if report.when == "call":
                     verdict = "pass" if item.record.success else "fail"
                     props = [("agentperturb_family", item.family), ("agentperturb_model", item.model),
