@@ -136,7 +136,7 @@ def test_drive_runs_coroutines_that_await_nothing_real() -> None:
 
 # -- state copies and shared renders --------------------------------------------------------
 def test_copy_state_is_a_deep_copy_of_json_trees() -> None:
-    state = {"a": [{"b": 1, "c": [1, 2, {"d": "x"}]}], "e": None, "f": 1.5, "g": True,
+    state: dict[str, Any] = {"a": [{"b": 1, "c": [1, 2, {"d": "x"}]}], "e": None, "f": 1.5, "g": True,
              "h": (1, [2]), "i": {3, 4}}
     out = copy_state(state)
     assert out == copy.deepcopy(state)
