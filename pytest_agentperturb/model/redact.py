@@ -25,9 +25,7 @@ MIN_LENGTH = 8
 def secrets() -> dict[str, str]:
     """Every configured secret value -> the name it is replaced by (``<OPENAI_API_KEY>``), longest first."""
     found: dict[str, str] = {}
-    # safe on the episode thread while pytest sets PYTEST_CURRENT_TEST: a snapshot of the names, then get()
-    for name in list(os.environ):
-        value = os.environ.get(name, "")
+    for name, value in _environment():
         if len(value) >= MIN_LENGTH and _SECRET_NAME.search(name):
             found.setdefault(value, f"<{name}>")
     litellm = sys.modules.get("litellm")
@@ -36,6 +34,22 @@ def secrets() -> dict[str, str]:
         if isinstance(setting, str) and len(setting) >= MIN_LENGTH and _LITELLM_KEY.fullmatch(attr):
             found.setdefault(setting, f"<litellm.{attr}>")
     return dict(sorted(found.items(), key=lambda kv: -len(kv[0])))
+
+
+def _environment() -> list[tuple[str, str]]:
+    """A snapshot of ``os.environ``, taken safely while another thread may change it.
+
+    Episodes are redacted on the episode loop's thread while pytest's
+    thread sets ``PYTEST_CURRENT_TEST`` for every item: iterating the live
+    mapping then fails now and then (a key vanishes mid-walk).  A failed walk
+    is simply taken again.
+    """
+    for _ in range(100):
+        try:
+            return list(os.environ.items())
+        except (KeyError, RuntimeError):  # changed during the walk
+            continue
+    return list(os.environ.items())
 
 
 def redact_text(text: str, known: Mapping[str, str] | None = None) -> str:

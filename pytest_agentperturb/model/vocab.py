@@ -158,6 +158,19 @@ class Surfaces:
                                        if target == "context" else list(self.tools))
         return cache[target]
 
+    def share_renders(self, other: Surfaces) -> Surfaces:
+        """Reuse ``other``'s rendering of each JSON surface that is the very same object here; returns self.
+
+        A variant edits one surface and keeps the task's others as they are
+        (the same tuples): their text is the task's, serialised once per
+        task instead of once per variant and per check.
+        """
+        mine: dict[str, str] = self.__dict__.setdefault("_rendered", {})
+        for target, field in (("context", "context"), ("tool", "tools")):
+            if self is not other and getattr(self, field) is getattr(other, field):
+                mine.setdefault(target, other.render(target))
+        return self
+
     def tool_names(self) -> list[str]:
         """Names of the advertised tools, in contract order."""
         return [str(t["function"]["name"]) for t in self.tools]

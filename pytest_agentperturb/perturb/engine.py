@@ -277,7 +277,7 @@ class Engine:
             if edit is None:
                 continue
             v = Variant(task=task.key, family=family, operator=op.id, seed=seed + attempt,
-                        surfaces=edit.surfaces, canaries=edit.canaries, recovery=edit.recovery,
+                        surfaces=edit.surfaces.share_renders(task.surfaces), canaries=edit.canaries, recovery=edit.recovery,
                         note=edit.note, injections=edit.injections, image_edits=edit.image_edits)
             v = replace(v, diff=surface_diff(task, target, edit.surfaces))
             problems = self.check_variant(task, v, oracle_check=validate)

@@ -2,25 +2,26 @@
 
 A worker (an ``-n`` process, or a ``--tx socket=``/``ssh=`` node on a host
 that cannot see the controller's files) never opens the store and never
-writes the report.  It sends each episode on its item's report (the row
-the report already carries for the summary), and the controller stores it
-as the report arrives.  For ``--agentperturb-resume`` the controller reads
-the run's finished episodes once and hands them, without trajectories, to
-every worker in xdist's ``workerinput``; a worker reuses one when its
-variant digest matches, and the controller puts the stored trajectory back
-on the reused row.  Nothing here depends on a path: a worker resolves its
-suites against its own folder.
+writes the report.  It sends each episode on its item's report
+(:func:`episode_row`, beside the slim row the summary counts), and the
+controller stores it as the report arrives and lets it go.  For
+``--agentperturb-resume`` the controller reads the run's finished episodes
+once and hands them, without trajectories, to every worker in xdist's
+``workerinput``; a worker reuses one when its variant digest matches (the
+report reads it back from the store at the end).  Nothing here depends on
+a path: a worker resolves its suites against its own folder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..model.errors import StoreError
-from ..model.records import EpisodeRecord
+from ..model.records import EpisodeRecord, Variant
 from ..model.options import Settings, option
 
 if TYPE_CHECKING:
@@ -115,21 +116,25 @@ class Controller:
                 f"agentperturb_suites, and write other path options with '=' too "
                 f"({option('store').flag}=PATH)") from None
 
-    def store_reported(self, report: pytest.TestReport, row: dict[str, Any]) -> bool:
-        """Store an episode a worker reported; for a reused one, put the stored trajectory back on its row.
+    def store_reported(self, report: pytest.TestReport, episode: dict[str, Any]) -> bool:
+        """Store an episode a worker sent on its report (:func:`episode_row`); the row is dropped after.
 
         Returns False when the store failed: the report then reads as a
         failure that names the file (a harness error, not the agent's).
         """
         try:
-            if row.get("reused"):
-                old = self._store().get(row_key(row), str(row.get("variant_digest") or ""))
-                if old is not None:
-                    row["trajectory"] = old.trajectory
-            else:
-                self._store().put_row(row)
+            self._store().put_row(episode)
         except StoreError as exc:
             report.outcome = "failed"
             report.longrepr = f"results store error (not an agent failure): {exc}"
             return False
         return True
+
+
+def episode_row(rec: EpisodeRecord, variant_digest: str, variant: Variant | None) -> dict[str, Any]:
+    """What a worker sends for the controller to store: the episode's columns and its variant's diff and canaries."""
+    row = rec.to_row()
+    row["variant_digest"] = variant_digest
+    row["diff"] = variant.edit_text if variant is not None else ""
+    row["canaries"] = [asdict(c) for c in variant.canaries] if variant is not None else []
+    return row

@@ -1,7 +1,8 @@
 """pytest-html integration: each perturbation item's extras carry its diff, verdicts and a report link.
 
-Registered by the session only when the pytest-html plugin is active; the
-``pytest_html`` module is imported here, never elsewhere.  pytest-html
+Registered by the session only when the pytest-html plugin is active and
+writes a report (``--html``); the ``pytest_html`` module is imported here,
+never elsewhere.  pytest-html
 inserts its table cells into the page with ``innerHTML`` and puts the node
 id into its cell unescaped, so :meth:`HtmlExtras.pytest_html_results_table_row`
 escapes that cell: a task id from an adapter or a folder name can never
@@ -47,7 +48,7 @@ class HtmlExtras:
         from ..report.svg import esc
 
         rec = item.record
-        row = rec.to_row()
+        row = {k: getattr(rec, k) for k in ("run_id", "model", "suite", "task", "family", "seed", "repeat")}
         verdict = "error" if rec.error else ("pass" if rec.success else "fail")
         comp = "" if rec.compliance is None else ("compliance" if rec.compliance else "bypass")
         v = item.variant

@@ -1,19 +1,21 @@
 """The session object, registered only when ``--agentperturb`` is on.
 
 On every process it owns the session's registries (operators, agents,
-suite adapters) and runs episodes for its items.  On the xdist controller
-(or the only process) it stores and gathers the per-item records that travel
-on the test reports (workers never open the store: :mod:`.distribute`),
-prints the summary, runs the analysis (against the ``--agentperturb-baseline``
-run when one is named), asks the gate for a verdict and writes the HTML
-report once, at the end.
+suite adapters) and runs episodes for its items.  The only process
+(without xdist) writes each episode to the store as soon as it is scored;
+an xdist worker never opens the store and sends each episode on its item's
+report instead, and the controller stores it as the report arrives
+(:mod:`.distribute`).  Either way the controller keeps only slim per-item
+rows (:mod:`.results`), and at the end reads this session's episodes back
+from the store, prints the summary, runs the analysis (against the
+``--agentperturb-baseline`` run when one is named), asks the gate for a
+verdict and writes the HTML report once.  No process keeps the episodes'
+trajectories during the run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,18 +28,22 @@ from ..model.options import OPTIONS, Settings, check_name, option
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
-from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, TARGETS, Task
+from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, Task
 from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
-from .distribute import Controller, Finished, Key
+from .distribute import Controller, Finished, Key, episode_row
+from .results import Results, report_row
+from .variants import VariantCache, key_of, variant_digest  # noqa: F401 (variant_digest: re-exported)
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
     from ..imaging.backends import ImageBackend
     from ..perturb.engine import Engine, Registry
+    from ..report.coverage import SuiteCoverage
     from ..run.baseline import BaselineRun
     from ..run.batcher import Batcher
     from ..run.generator import Generator
     from ..run.store import Store
+    from .schedule import Lookahead
 
 SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
 REPORT_ATTR = "agentperturb"
@@ -48,33 +54,6 @@ HARNESS_ERROR_ATTR = "agentperturb_harness_error"
 #: Attribute of a skipped item's setup report: suite, task, family, model and reason (travels under xdist).
 SKIP_ATTR = "agentperturb_skip"
 DEFAULT_FAMILIES = (CLEAN, *FAMILIES, *INSERTED)
-
-
-def variant_digest(task_digest: str, variant: Variant, user_model: str = "") -> str:
-    """Identity of the exact instance an episode ran on, and of the user behind ``ask_user`` (guards resume)."""
-    h = hashlib.sha256()
-    for part in (__version__, task_digest, variant.family, variant.operator, str(variant.seed)):
-        h.update(part.encode() + b"\0")
-    for t in TARGETS:
-        h.update(variant.surfaces.render(t).encode())
-    for inj in variant.injections:  # an injection edits no surface but is part of the instance
-        h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode() + (f"\0{inj.vector}".encode() if inj.vector else b""))
-    for e in variant.image_edits:  # nor does an image edit
-        h.update(f"{e.tool}\0{e.match}\0{e.box}\0".encode() + e.data)
-    if user_model:  # another user simulator is another episode (the keyword simulator adds nothing)
-        h.update(b"user-model\0" + user_model.encode())
-    return h.hexdigest()
-
-
-def row_extras(item: PerturbItem) -> dict[str, Any]:
-    """What the report needs beyond the episode columns: the variant's diff and canaries, task properties."""
-    from ..analysis.predictors import task_properties
-
-    v = item.variant
-    return {"diff": v.edit_text if v is not None else "",
-            "canaries": [asdict(c) for c in v.canaries] if v is not None else [],
-            "image_edits": [e.to_json() for e in v.image_edits] if v is not None else [],
-            "task_properties": task_properties(item.task), "notes": list(item.task.notes)}
 
 
 class AgentPerturbSession:
@@ -98,8 +77,11 @@ class AgentPerturbSession:
         self._image_backend: ImageBackend | None = None
         self._image_families: dict[str, tuple[str, ...]] = {}
         self._engine: Engine | None = None
-        self._variants: dict[tuple[str, str, int], Variant | VariantSkipped] = {}
-        self.records: list[dict[str, Any]] = []
+        self._variants = VariantCache(self.make_variant, self.llm.user_model)  # made once per (task, family, seed), dropped after use
+        self._lookahead: Lookahead | None = None
+        self._sent: set[object] = set()  # tasks and variants whose extras already travelled on a report row
+        self.results = Results()
+        self.coverage: list[SuiteCoverage] = []
         self.skipped: list[tuple[str, str]] = []
         self.harness_errors = 0
         self.invalid: dict[str, str] = {}  # node id -> why the task (suite) was not loaded
@@ -109,8 +91,8 @@ class AgentPerturbSession:
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
-        if config.pluginmanager.hasplugin("html"):
-            from .html_extras import HtmlExtras
+        if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
+            from .html_extras import HtmlExtras  # only when pytest-html writes a report (--html)
 
             config.pluginmanager.register(HtmlExtras(settings.report), "agentperturb-html-extras")
         self._batcher: Batcher | None = None
@@ -318,14 +300,18 @@ class AgentPerturbSession:
         return self._store
 
     # -- running ---------------------------------------------------------------
-    def _variant(self, item: PerturbItem) -> Variant | VariantSkipped:
-        key = (item.task.key, item.family, item.seed)
-        if key not in self._variants:
-            try:
-                self._variants[key] = self.make_variant(item)
-            except VariantSkipped as exc:
-                self._variants[key] = exc
-        return self._variants[key]
+    def _variant(self, item: PerturbItem) -> tuple[Variant, str] | VariantSkipped:
+        """The item's variant and its digest (made once for all models and repeats), or why it is skipped."""
+        return self._variants.get(item)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        try:
+            return (yield)
+        finally:
+            if isinstance(item, PerturbItem):  # after its last report: let go of the record and the variant
+                item.record = item.variant = None
+                self._variants.done(item, item.session.items)
 
     def make_variant(self, item: PerturbItem) -> Variant:
         """Rule operators, or the LLM generator when ``--agentperturb-generator`` is set."""
@@ -337,7 +323,7 @@ class AgentPerturbSession:
             return self._generator.make_variant(item.task, item.family, item.seed)
         return self.engine.make_variant(item.task, item.family, item.seed)
 
-    def variant(self, item: PerturbItem) -> Variant:
+    def variant(self, item: PerturbItem) -> tuple[Variant, str]:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
             item.skip_reason = str(v)  # reaches the controller on the setup report (SKIP_ATTR)
@@ -376,10 +362,10 @@ class AgentPerturbSession:
         v = self._variant(item)
         if isinstance(v, VariantSkipped):
             return None
-        if self.settings.resume and self._recorded(self._key(item), variant_digest(item.task.digest(), v,
-                                                                                   self.llm.user_model)):
+        variant, digest = v
+        if self.settings.resume and self._recorded(self._key(item), digest):
             return None
-        return self._episode(item, v)
+        return self._episode(item, variant)
 
     def batcher(self) -> Batcher:
         if self._batcher is None:
@@ -394,33 +380,40 @@ class AgentPerturbSession:
         The episode runs on the batcher's event loop together with the
         prefetched episodes of the items this process runs next.
         """
-        variant = self.variant(item)
+        variant, digest = self.variant(item)
         item.variant = variant
         try:
-            self._run_item(item, variant)
+            self._run_item(item, variant, digest)
         except StoreError as exc:  # the harness's failure, not the agent's: an ERROR that names the file
             pytest.fail(f"results store error (not an agent failure): {exc}", pytrace=False)
 
-    def _run_item(self, item: PerturbItem, variant: Variant) -> None:
-        from .schedule import upcoming
-
-        digest = variant_digest(item.task.digest(), variant, self.llm.user_model)
+    def _run_item(self, item: PerturbItem, variant: Variant, digest: str) -> None:
         item.digest = digest
         key = self._key(item)
         if self.settings.resume:
             old = self._recorded(key, digest)
             if old is not None:
                 item.record, item.reused = old, True
+                if not self.is_worker:
+                    self.store().put_variant(digest, variant)  # the report reads its diff from the store
+                if self._batcher is not None:
+                    self._batcher.discard(item.nodeid)  # prefetched before the result was stored
                 return
         batcher = self.batcher()
+        if self._lookahead is None:
+            from .schedule import Lookahead
+
+            self._lookahead = Lookahead(item.session)
+        lookahead = self._lookahead
 
         def top_up(n: int) -> None:
-            for nxt in upcoming(item.session, item):
-                if n <= 0:
-                    break
+            """Submit up to ``n`` upcoming episodes; each upcoming item is looked at once per session."""
+            for nxt in lookahead.upcoming(item):
                 if not batcher.scheduled(nxt.nodeid) and (factory := self._prefetch(nxt)) is not None:
                     batcher.submit(nxt.nodeid, factory)
                     n -= 1
+                    if n <= 0:
+                        break
 
         rec: EpisodeRecord = batcher.run(item.nodeid, self._episode(item, variant), top_up)
         if not self.is_worker:  # a worker's episode travels on the report; the controller stores it
@@ -487,11 +480,14 @@ class AgentPerturbSession:
         if isinstance(item, PerturbItem) and item.record is not None:
             final = report.when == "call" or (report.when == "setup" and not report.passed)
             if final:
-                row = item.record.to_row()
-                row["trajectory"] = item.record.trajectory
-                row.update(reused=item.reused, nodeid=item.nodeid, threshold=item.task.threshold,
-                           reproduce=item.reproduce_line(), variant_digest=item.digest)
-                row.update(row_extras(item))  # diff, canaries, task properties for the report
+                first, vkey = item.task.key not in self._sent, key_of(item)  # task, variant extras: once
+                first_v = vkey not in self._sent
+                self._sent.update((item.task.key, vkey))
+                reproduce = item.reproduce_line()
+                row = report_row(item.record, item.variant if first_v else None, reused=item.reused,
+                                 reproduce=reproduce, task=item.task if first else None)
+                if self.is_worker and not item.reused:  # the controller stores it (workers never open the store)
+                    row["episode"] = episode_row(item.record, item.digest, item.variant)
                 setattr(report, REPORT_ATTR, row)
                 if report.when == "call":
                     verdict = "pass" if item.record.success else "fail"
@@ -508,7 +504,7 @@ class AgentPerturbSession:
                         if p not in item.user_properties:
                             item.user_properties.append(p)
                     report.user_properties = list(item.user_properties)
-                report.sections.append(("agentperturb", item.reproduce_line()))
+                report.sections.append(("agentperturb", reproduce))
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
@@ -532,11 +528,13 @@ class AgentPerturbSession:
             self.skipped.append((report.nodeid, str(skip["reason"])))
             self.skip_rows.append(dict(skip))
         row = getattr(report, REPORT_ATTR, None)
-        if row is not None and self.controller is not None:
-            if self.controller.distributed and not self.controller.store_reported(report, row):
+        if row is not None and not self.is_worker:
+            episode = row.pop("episode", None)  # a worker's episode, to be stored here
+            if episode is not None and self.controller is not None \
+                    and not self.controller.store_reported(report, episode):
                 self.harness_errors += 1  # scored but not stored: an ERROR, never in an aggregate
             else:
-                self.records.append(row)
+                self.results.add(row, report.nodeid)
         invalid = getattr(report, INVALID_ATTR, None)
         if invalid is not None and not self.is_worker:
             self.invalid[report.nodeid] = str(invalid)
@@ -548,21 +546,26 @@ class AgentPerturbSession:
             self._batcher.close()
         if self._store is not None:
             self._store.close()
+            self._store = None
         if self.is_worker or self.config.option.collectonly:
             return  # nothing ran: keep the last report instead of writing an empty one
         from .. import report
         from ..gate import evaluate
         from ..report.coverage import coverage, coverage_html
 
-        self.records.sort(key=lambda r: (r["model"], r["suite"], r["task"], r["family"], r.get("repeat", 0)))
-        extra = self.config.hook.pytest_agentperturb_report_sections(
-            records=[EpisodeRecord.from_row(r) for r in self.records], config=self.config)
-        sections = [("Coverage per suite", coverage_html(coverage(self.records, self.skip_rows)))]
+        rows = self.results.read(self.settings.store, self.settings.run_id)  # every process wrote them there
+        extra = []
+        if self.config.hook.pytest_agentperturb_report_sections.get_hookimpls():
+            extra = self.config.hook.pytest_agentperturb_report_sections(
+                records=[EpisodeRecord.from_row(r) for r in rows], config=self.config)
+        self.coverage = coverage(rows, self.skip_rows)
+        sections = [("Coverage per suite", coverage_html(self.coverage))]
         sections += [s for res in extra for s in (res or [])]
-        table = report.episode_table(self.records)
-        self.analysis = report.analyse(table, self.records, seed=self.settings.seed, **self._baseline_inputs())
+        table = report.episode_table(rows)
+        self.analysis = report.analyse(table, rows, seed=self.settings.seed, **self._baseline_inputs())
+        del rows  # the table holds what the page needs
         self.verdict = evaluate(self.thresholds, self.analysis)
-        if self.records:  # never replace the last report by an empty one
+        if self.results.episodes:  # never replace the last report by an empty one
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(self.invalid.items())]
             report.write_report(self.settings.report, self.analysis, self.verdict, settings=self.settings,
                                 skipped=self.skipped, extra_sections=sections, n_rows=len(table), notes=notes)
@@ -583,10 +586,11 @@ class AgentPerturbSession:
         if self.is_worker:
             return
         tr = terminalreporter
-        reused = sum(1 for r in self.records if r.get("reused"))
-        errors = sum(1 for r in self.records if r.get("error")) + self.harness_errors
+        res = self.results
+        reused = res.reused
+        errors = res.errors + self.harness_errors
         tr.write_sep("=", "agentperturb")
-        tr.write_line(f"episodes run: {len(self.records) - reused}, reused: {reused}, "
+        tr.write_line(f"episodes run: {res.episodes - reused}, reused: {reused}, "
                       f"errors: {errors} (excluded from every aggregate), "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
         if self.invalid:
@@ -598,21 +602,20 @@ class AgentPerturbSession:
 
             for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
                 tr.write_line(line)
-        if self.records or self.skip_rows:
-            from ..report.coverage import coverage, coverage_lines
+        if self.coverage:
+            from ..report.coverage import coverage_lines
 
-            for line in coverage_lines(coverage(self.records, self.skip_rows)):
+            for line in coverage_lines(self.coverage):
                 tr.write_line(f"coverage {line}")
-        failed = [r for r in self.records if r["success"] is False]
-        if failed:
-            tr.write_line(f"agent failures: {len(failed)} (first 5 below; all in the report)")
-            for r in failed[:5]:
-                tr.write_line(f"  {r['nodeid']}  reward={r['reward']}")
-                tr.write_line(f"    {r['reproduce']}")
+        if res.failed:
+            tr.write_line(f"agent failures: {res.failed} (first 5 below; all in the report)")
+            for nodeid, reward, reproduce in res.first_failures():
+                tr.write_line(f"  {nodeid}  reward={reward}")
+                tr.write_line(f"    {reproduce}")
         for line in (self.verdict.lines() if self.verdict is not None else []):
             tr.write_line(line, red=self.verdict is not None and self.verdict.failed
                           and ("breached" in line or "not evaluated" in line))
-        if self.records:
+        if res.episodes:
             tr.write_line(f"report: {self.settings.report}")
         elif not self.config.option.collectonly:
             tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")

@@ -9,6 +9,13 @@ lives in the agent).  Each item then waits for its own recorded outcome, and
 while it waits the window is topped up whenever an episode finishes, so the
 pipeline stays full even when the current episode is the slowest.
 
+The window counts every submitted episode whose result has not been taken,
+finished or not: a finished episode of an item still to come holds its
+slot until that item claims it.  Prefetching therefore runs at most
+``window`` episodes ahead of pytest, however long the run, and the cost of
+one call does not grow with the number of items (a run of thousands of
+items keeps a few dozen futures, not thousands).
+
 Which items come next is the plugin's business (:mod:`..plugin.schedule`).
 Nothing here crosses processes: the loop, the semaphore and the API clients
 are created lazily in the process that uses them.
@@ -32,13 +39,17 @@ class Batcher:
 
     Args:
         concurrency: episodes in flight at most.
-        lookahead: how many submitted-but-unfinished episodes to keep beyond
-            ``concurrency`` so the next one starts the moment a slot frees up.
+        lookahead: how many submitted-but-unclaimed episodes to keep beyond
+            ``concurrency`` (default: ``concurrency`` more), so that the next one
+            starts the moment a slot frees up and episodes that finish before
+            the one pytest waits for do not idle the connection limit.
     """
 
     def __init__(self, concurrency: int, lookahead: int | None = None) -> None:
         self.concurrency = concurrency
-        self.window = concurrency + (lookahead if lookahead is not None else max(2, concurrency // 4))
+        # finished episodes hold their slot until claimed: the default room of one more ``concurrency``
+        # lets that many finish out of order before a slow one at the head of the queue starves the limit
+        self.window = concurrency + (lookahead if lookahead is not None else max(2, concurrency))
         self._futures: dict[str, cf.Future[Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -72,25 +83,36 @@ class Batcher:
         """Scheduled episodes that have not finished."""
         return sum(1 for f in self._futures.values() if not f.done())
 
+    def unclaimed(self) -> int:
+        """Submitted episodes whose result was not taken yet, finished or not (what fills the window)."""
+        return len(self._futures)
+
     def scheduled(self, key: str) -> bool:
         """Whether ``key`` was submitted and its result not yet taken."""
         return key in self._futures
+
+    def discard(self, key: str) -> None:
+        """Forget ``key``'s episode (cancelled if it has not started): its item will not claim it."""
+        fut = self._futures.pop(key, None)
+        if fut is not None:
+            fut.cancel()
 
     def run(self, key: str, factory: Factory, top_up: Callable[[int], None]) -> Any:
         """Submit ``key`` (if needed) and block until its result; keep the window full meanwhile.
 
         ``top_up(n)`` is asked to submit up to ``n`` more upcoming episodes;
-        it is called before waiting and each time an episode finishes.
+        it is called before waiting and each time an episode finishes, and
+        only while the window has room (``key``'s own episode counts in it).
         """
         self.submit(key, factory)
         fut = self._futures[key]
         while True:
-            room = self.window - self.in_flight()
+            room = self.window - len(self._futures)
             if room > 0:
                 top_up(room)
             if fut.done():
                 break
-            pending = [f for f in self._futures.values() if not f.done()]
+            pending = [f for f in self._futures.values() if not f.done()]  # at most ``window`` futures
             cf.wait(pending, return_when=cf.FIRST_COMPLETED)
         del self._futures[key]
         return fut.result()

@@ -18,7 +18,8 @@ import asyncio
 import json
 import math
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar, cast
 
 from ..model.context import ASK_USER, EpisodeContext
 from ..model.context import Agent
@@ -29,6 +30,8 @@ from ..model.redact import redact_data, redact_text, secrets
 from ..model.task import Task
 from ..perturb.engine import Engine, OracleResult, Registry
 from .simulator import default_simulator
+
+T = TypeVar("T")
 
 
 def _actions_text(ctx: EpisodeContext) -> str:
@@ -90,7 +93,7 @@ async def run_episode(
     *,
     run_id: str,
     seed: int,
-    timeout_s: float = 1800.0,
+    timeout_s: float | None = 1800.0,
     simulator: Simulator | None = None,
     repeat: int = 0,
     episode_seed: int | None = None,
@@ -104,6 +107,8 @@ async def run_episode(
     default ``seed``) is what the agent sees as ``ctx.seed``: each of the K
     repeats of an item has its own, on the same variant.  The returned record
     carries no configured secret (trajectory and error are redacted).
+    ``timeout_s=None`` sets no time limit: the episode then awaits nothing
+    but the agent itself (see :func:`oracle_runner`).
     """
     rec = await _play(task, variant, agent, run_id=run_id, seed=seed, timeout_s=timeout_s, simulator=simulator,
                       repeat=repeat, episode_seed=episode_seed)
@@ -114,7 +119,7 @@ async def run_episode(
     return rec
 
 
-async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed: int, timeout_s: float,
+async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed: int, timeout_s: float | None,
                 simulator: Simulator | None, repeat: int, episode_seed: int | None) -> EpisodeRecord:
     rec = EpisodeRecord(
         run_id=run_id, model=agent.name, suite=task.suite, task=task.id, family=variant.family,
@@ -134,7 +139,10 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
                          loop=asyncio.get_running_loop())
     t0 = time.perf_counter()
     try:
-        await asyncio.wait_for(agent.run(ctx), timeout=timeout_s)
+        if timeout_s is None:
+            await agent.run(ctx)
+        else:
+            await asyncio.wait_for(agent.run(ctx), timeout=timeout_s)
     except asyncio.TimeoutError:
         rec.error = f"EpisodeTimeout: no answer within {timeout_s:g} s"
     except Exception as exc:  # harness or provider failure: an ERROR, never a FAIL
@@ -191,14 +199,39 @@ def run_episode_sync(task: Task, variant: Variant, agent: Agent, **kw: Any) -> E
     return asyncio.run(run_episode(task, variant, agent, **kw))
 
 
+def drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that awaits nothing real to its end, in this thread, without an event loop.
+
+    A bare ``yield`` (``asyncio.sleep(0)``) is stepped over.  Anything that
+    needs a loop (a future, a timeout, a task) raises ``RuntimeError`` where
+    it is created (there is no running loop), inside the coroutine; a
+    coroutine that hands a future out anyway is closed and refused here.
+    """
+    try:
+        while True:
+            if coro.send(None) is not None:
+                coro.close()
+                raise RuntimeError("drive(): the coroutine awaited a future; run it on an event loop")
+    except StopIteration as stop:
+        return cast(T, stop.value)
+
+
 def oracle_runner() -> Any:
-    """The perturbation engine's oracle runner: the reference oracle on one instance."""
+    """The perturbation engine's oracle runner: the reference oracle on one instance.
+
+    The validity checks play the oracle once or twice per variant, so it
+    runs without an event loop of its own (:func:`drive`): the reference
+    oracle, the environment, the simulator and the grader are synchronous,
+    and with no time limit its episode awaits nothing else.  Its records
+    are the same as under ``asyncio.run`` (a test compares them); only the
+    cost of a fresh loop per check (most of an oracle run) is gone.
+    """
     from ..agents.reference import OracleAgent
 
     oracle = OracleAgent()
 
     def run(task: Task, variant: Variant) -> OracleResult:
-        rec = run_episode_sync(task, variant, oracle, run_id="validity", seed=variant.seed)
+        rec = drive(run_episode(task, variant, oracle, run_id="validity", seed=variant.seed, timeout_s=None))
         return OracleResult(rec.reward, rec.trajectory, rec.error)
 
     return run

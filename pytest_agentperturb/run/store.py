@@ -71,6 +71,7 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._have: set[str] = set()
+        self._variants_written: set[str] = set()  # digests this connection already wrote to ``variants``
         try:
             if readonly:
                 self._conn = _connect_readonly(self.path)
@@ -204,11 +205,34 @@ class Store:
                 f"INSERT OR REPLACE INTO episodes ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                 vals,
             )
-            if described is not None and variant_digest:
-                family, operator, diff, canaries = described
-                text = json.dumps(canaries, ensure_ascii=False, sort_keys=True)
-                self._conn.execute("INSERT OR IGNORE INTO variants VALUES (?, ?, ?, ?, ?)",
-                                   (variant_digest, family, operator, diff, text))
+            if described is not None and variant_digest and variant_digest not in self._variants_written:
+                self._put_variant(variant_digest, described)
+        if described is not None and variant_digest:
+            self._variants_written.add(variant_digest)  # committed: the next episode of it need not write it
+
+    def put_variant(self, variant_digest: str, variant: Variant) -> None:
+        """Record a variant's diff and canaries if the store lacks them (a reused episode of an older store).
+
+        Raises:
+            StoreError: naming the file, when SQLite cannot write.
+        """
+        if variant_digest in self._variants_written:
+            return
+        described = (variant.family, variant.operator, variant.edit_text, [asdict(c) for c in variant.canaries])
+        try:
+            with self._tx():
+                self._put_variant(variant_digest, described)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot record the variant {variant_digest[:12]} ({exc}); "
+                             f"fix: {_FIX}") from None
+        self._variants_written.add(variant_digest)
+
+    def _put_variant(self, variant_digest: str, described: tuple[str, str, str, list[Any]]) -> None:
+        """Write a variant's row (family, operator, diff, canaries) unless one exists; inside a transaction."""
+        family, operator, diff, canaries = described
+        text = json.dumps(canaries, ensure_ascii=False, sort_keys=True)
+        self._conn.execute("INSERT OR IGNORE INTO variants VALUES (?, ?, ?, ?, ?)",
+                           (variant_digest, family, operator, diff, text))
 
     def _select(self, prefix: str = "", skip: tuple[str, ...] = ()) -> str:
         """The stored columns, read from an older schema too (a missing or skipped column reads as NULL)."""
@@ -265,6 +289,12 @@ class Store:
 
         Each row also carries ``variant_digest`` and ``recorded_at``.
         """
+        return list(self.iter_rows(run_id))
+
+    def iter_rows(self, run_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """:meth:`rows` one at a time, read as they are consumed (a long run is never all in memory here)."""
+        if not self._have:  # an empty file or a store without episodes yet
+            return
         where, args = ("WHERE e.run_id = ?", (run_id,)) if run_id else ("", ())
         names = [*STORE_COLUMNS, "variant_digest", "recorded_at", "diff", "canaries"]
         if {"diff", "canaries", "variant_digest"} <= self._columns("variants") and "variant_digest" in self._have:
@@ -272,7 +302,13 @@ class Store:
                    f"ON v.variant_digest = e.variant_digest {where} ORDER BY {self._order('e.')}")
         else:
             sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} ORDER BY {self._order('e.')}")
-        return [dict(zip(names, r)) for r in self._read(sql, args)]
+        try:
+            cursor = self._conn.execute(sql, args)
+            while batch := cursor.fetchmany(256):
+                for r in batch:
+                    yield dict(zip(names, r))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the results store ({exc}); fix: {_FIX}") from None
 
     def runs(self) -> list[str]:
         """Run ids in the store, oldest first."""

@@ -1,0 +1,129 @@
+"""What a run keeps of its episodes while it goes on, and the rows it reads back from the store at the end.
+
+Every episode is written to the store the moment it is scored, on the
+process that ran it (:meth:`~..run.store.Store.put`).  Its test report then
+carries only a slim row (:func:`report_row`): the episode's key and
+outcome, the reproduce line of a failure, and, once per task and process,
+what the report needs about the task (its properties and an adapter's
+notes); an image variant's edits travel once per variant and process.  The controller (the
+only process without xdist) folds those rows into :class:`Results`: a few
+counters, the episode keys, the first failures to print and the per-task
+and per-variant extras.  Nothing of a trajectory stays in memory during the
+run, so memory does not grow with the episodes run.
+
+At the end :meth:`Results.rows` reads this session's episodes back from the
+store, one pass in key order, each row with its variant's diff and canaries
+(from the store) and the task's and variant's extras attached: the input of
+the analysis, the report and the coverage section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..model.records import EpisodeRecord, Variant
+    from ..model.task import Task
+    from ..run.store import Store
+
+#: The fields of an episode key, in the store's order.
+KEY_FIELDS = ("run_id", "model", "suite", "task", "family", "seed", "repeat")
+_FAILURES_SHOWN = 5
+
+
+def report_row(rec: EpisodeRecord, variant: Variant | None, *, reused: bool, reproduce: str,
+               task: Task | None = None) -> dict[str, Any]:
+    """The row an episode's test report carries (to the xdist controller): key and outcome, no trajectory.
+
+    ``task`` is given with the first row of a task on this process, and
+    ``variant`` with the first row of a variant: the task's properties and
+    notes, and an image variant's edits, then travel once, not with every
+    episode.
+    """
+    row: dict[str, Any] = {k: getattr(rec, k) for k in KEY_FIELDS}
+    row.update(success=rec.success, compliance=rec.compliance, reward=rec.reward, error=rec.error,
+               operator=rec.operator, reused=reused)
+    if rec.success is False:
+        row["reproduce"] = reproduce
+    if variant is not None and variant.image_edits:
+        row["image_edits"] = [e.to_json() for e in variant.image_edits]
+    if task is not None:
+        from ..analysis.predictors import task_properties
+
+        row["task_properties"] = task_properties(task)
+        row["notes"] = list(task.notes)
+    return row
+
+
+class Results:
+    """The controller's account of the episodes recorded in this session (no trajectories)."""
+
+    def __init__(self) -> None:
+        self.episodes = 0
+        self.reused = 0
+        self.errors = 0
+        self.failed = 0
+        self._keys: set[tuple[Any, ...]] = set()
+        self._failures: list[tuple[tuple[Any, ...], str, Any, str]] = []
+        self._tasks: dict[tuple[str, str], dict[str, Any]] = {}
+        self._images: dict[tuple[Any, ...], list[Any]] = {}  # variant -> its image edits (image variants only)
+
+    def add(self, row: dict[str, Any], nodeid: str) -> None:
+        """Count one episode's report row; the task's and variant's extras are taken off it and kept once."""
+        key = tuple(row[k] for k in KEY_FIELDS)
+        self._keys.add(key)
+        self.episodes += 1
+        self.reused += bool(row.get("reused"))
+        self.errors += bool(row.get("error"))
+        if row.get("success") is False:
+            self.failed += 1
+            order = (row["model"], row["suite"], row["task"], row["family"], row.get("repeat", 0))
+            self._failures.append((order, nodeid, row.get("reward"), str(row.get("reproduce", ""))))
+            if len(self._failures) > 8 * _FAILURES_SHOWN:  # keep the first few only
+                self._failures = sorted(self._failures, key=lambda f: f[0])[:_FAILURES_SHOWN]
+        props = row.pop("task_properties", None)
+        if props is not None:
+            self._tasks.setdefault((str(row["suite"]), str(row["task"])),
+                                   {"task_properties": props, "notes": row.pop("notes", None) or []})
+        edits = row.pop("image_edits", None)
+        if edits:
+            self._images.setdefault(_variant_key(row), edits)
+
+    def first_failures(self) -> list[tuple[str, Any, str]]:
+        """(node id, reward, reproduce line) of the first failures in (model, suite, task, family, repeat) order."""
+        return [(n, r, rep) for _, n, r, rep in sorted(self._failures, key=lambda f: f[0])[:_FAILURES_SHOWN]]
+
+    def read(self, path: Path, run_id: str) -> list[dict[str, Any]]:
+        """:meth:`rows` from the store file at ``path`` (its own connection, closed after; none without episodes)."""
+        if not self.episodes:
+            return []
+        from ..run.store import Store
+
+        with closing(Store(path)) as store:
+            return self.rows(store, run_id)
+
+    def rows(self, store: Store, run_id: str) -> list[dict[str, Any]]:
+        """This session's episode rows from ``store``, in key order, with the task's and variant's extras."""
+        return list(self.iter_rows(store, run_id))
+
+    def iter_rows(self, store: Store, run_id: str) -> Iterator[dict[str, Any]]:
+        """:meth:`rows` one at a time (rows of ``run_id`` that another session wrote are left out)."""
+        for row in store.iter_rows(run_id):
+            key = tuple(row[k] for k in KEY_FIELDS)
+            if key not in self._keys:
+                continue
+            extra = self._tasks.get((str(row["suite"]), str(row["task"])))
+            if extra is not None:
+                row.update(extra)
+            edits = self._images.get(_variant_key(row)) if self._images else None
+            if edits is not None:
+                row["image_edits"] = edits
+            yield row
+
+
+def _variant_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The variant an episode ran on, within one run: every model and repeat of an item shares it."""
+    return (row["suite"], row["task"], row["family"], row["seed"])
