@@ -294,5 +294,5 @@ def test_a_resumed_episode_of_a_store_without_its_variant_row_still_shows_its_di
         assert c.execute("DELETE FROM variants").rowcount == 1  # as an older store would lack it
     again = pytester.runpytest(*common, "--agentperturb-resume", "--agentperturb-report", "again.html")
     again.stdout.fnmatch_lines(["*episodes run: 0, reused: 1, errors: 0*"])
-    page = (pytester.path / "again.html").read_text(encoding="utf-8")
+    page = (pytester.path / "again-tasks" / "workflows" / "forward-invoice.html").read_text(encoding="utf-8")
     assert "diff not recorded" not in page and "+++ b/workflows/forward-invoice/" in page

@@ -136,7 +136,7 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
         return rec
     ctx = EpisodeContext(task=task, variant=variant, env=env, seed=seed if episode_seed is None else episode_seed,
                          simulator=simulator or default_simulator(task, variant),
-                         loop=asyncio.get_running_loop())
+                         loop=_running_loop())
     t0 = time.perf_counter()
     try:
         if timeout_s is None:
@@ -197,6 +197,14 @@ def recovery_turns(trajectory: list[dict[str, Any]]) -> int:
 def run_episode_sync(task: Task, variant: Variant, agent: Agent, **kw: Any) -> EpisodeRecord:
     """:func:`run_episode` for callers outside an event loop."""
     return asyncio.run(run_episode(task, variant, agent, **kw))
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The episode's event loop, or None when :func:`drive` plays it without one (the validity oracle)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def drive(coro: Coroutine[Any, Any, T]) -> T:
