@@ -434,17 +434,7 @@ def _of_phrase(toks: list[str]) -> set[str]:
     for i, t in enumerate(toks):
         if t != "of" or not any(w in _WH_WORDS or w in _ASKING_VERBS for w in toks[max(0, i - 5):i]):
             continue
-        taken: list[str] = []
-        for w in toks[i + 1:]:
-            if w == "s" and taken:
-                taken.clear()
-                continue
-            if w in _DETERMINERS and not taken:
-                continue
-            if w in _STOP or w in _AUX or len(taken) >= 3:
-                break
-            taken.append(w)
-        return set(_norm(taken))
+        return _phrase(toks[i + 1:], drop_possessor=True)
     return set()
 
 
@@ -455,12 +445,21 @@ def _after_aux(toks: list[str]) -> set[str]:
         j = i + 1
         while j < len(toks) and toks[j] not in _AUX and j - i <= 4:
             j += 1
-        taken: list[str] = []
-        for w in toks[j + 1:]:
-            if w in _DETERMINERS and not taken:
-                continue
-            if w in _STOP or w in _AUX or len(taken) >= 3:
-                break
-            taken.append(w)
-        return set(_norm(taken))
+        return _phrase(toks[j + 1:])
     return set()
+
+
+def _phrase(words: list[str], drop_possessor: bool = False) -> set[str]:
+    """The (normalised) words of the noun phrase ``words`` open with: up to three, a leading
+    determiner skipped; with ``drop_possessor`` a possessor ("the leaver's") is dropped."""
+    taken: list[str] = []
+    for w in words:
+        if drop_possessor and w == "s" and taken:
+            taken.clear()
+            continue
+        if w in _DETERMINERS and not taken:
+            continue
+        if w in _STOP or w in _AUX or len(taken) >= 3:
+            break
+        taken.append(w)
+    return set(_norm(taken))
