@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, family_parts
+from .cluster import average_linkage, leaves
 from .stats import N_BOOTSTRAP, FloatArray, percentile_interval, ranks
 from .table import pooled, scored
 
@@ -104,17 +105,14 @@ def _estimate(s: FloatArray, clean: FloatArray) -> FloatArray:
 
 
 def _order(rho: FloatArray) -> tuple[list[int], FloatArray]:
-    from scipy.cluster.hierarchy import leaves_list, linkage
-    from scipy.spatial.distance import squareform
-
     k = rho.shape[0]
     if k < 2:
         return list(range(k)), np.zeros((0, 4))
     dist = 1.0 - np.where(np.isfinite(rho), rho, 0.0)
     np.fill_diagonal(dist, 0.0)
     dist = (dist + dist.T) / 2
-    z = linkage(squareform(np.clip(dist, 0.0, 2.0), checks=False), method="average")
-    return [int(i) for i in leaves_list(z)], np.asarray(z, dtype=float)
+    z = average_linkage(np.clip(dist, 0.0, 2.0))
+    return leaves(z), z
 
 
 def _group_stats(rho: FloatArray, fams: list[str]) -> dict[str, FloatArray]:

@@ -143,10 +143,10 @@ def correlation_matrix(labels: Sequence[str], rho: Any, *, title: str = "", link
 
 
 def _dendrogram(z: Any, k: int, left: float, cs: float, base: float, height: float) -> str:
-    """Dendrogram of a scipy linkage matrix over leaves laid out in leaves_list order."""
-    from scipy.cluster.hierarchy import leaves_list
+    """Dendrogram of a linkage matrix (:func:`~..analysis.cluster.average_linkage`) over its leaves' order."""
+    from ..analysis.cluster import leaves
 
-    order = [int(i) for i in leaves_list(z)]
+    order = leaves(z)
     pos: dict[int, tuple[float, float]] = {leaf: (left + cs * order.index(leaf) + cs / 2, 0.0) for leaf in range(k)}
     hmax = float(z[:, 2].max()) if len(z) and z[:, 2].max() > 0 else 1.0
     parts = []
