@@ -57,17 +57,17 @@ def average_ranks(x: npt.ArrayLike, axis: int = -1) -> FloatArray:
     a = np.moveaxis(src, axis, -1)
     n = a.shape[-1]
     flat = a.reshape(-1, n)
-    order = np.argsort(flat, axis=1, kind="stable")
+    offset = np.arange(flat.shape[0]) * n               # flat position of each row's first element
+    order = np.argsort(flat, axis=1)                    # any sort: tied values share one average rank
     y = np.take_along_axis(flat, order, axis=1)
-    first = np.ones(y.shape, dtype=bool)
+    first = np.ones(y.shape, dtype=bool)                # where a run of equal values starts (and every row)
     first[:, 1:] = y[:, 1:] != y[:, :-1]
-    last = np.ones(y.shape, dtype=bool)
-    last[:, :-1] = first[:, 1:]
-    pos = np.broadcast_to(np.arange(n), y.shape)
-    start = np.maximum.accumulate(np.where(first, pos, 0), axis=1)
-    end = np.minimum.accumulate(np.where(last, pos, n - 1)[:, ::-1], axis=1)[:, ::-1]
-    out = np.empty(y.shape, dtype=float)
-    np.put_along_axis(out, order, (start + end) / 2.0 + 1.0, axis=1)
+    f = first.ravel()
+    starts = np.flatnonzero(f)
+    ends = np.append(starts[1:], f.size) - 1
+    mid = (starts + ends) * 0.5 + 1.0                   # 1-based average position of each run, flat
+    out = np.empty(f.size)
+    out[(order + offset[:, None]).ravel()] = (mid[np.cumsum(f) - 1].reshape(y.shape) - offset[:, None]).ravel()
     return np.moveaxis(out.reshape(a.shape), -1, axis)
 
 
@@ -262,10 +262,25 @@ def normal_cdf(x: float) -> float:
 
 
 def binomial_two_sided(k: int, n: int) -> float:
-    """Two-sided p of k successes in n trials at probability 1/2 (``scipy.stats.binomtest(k, n).pvalue``)."""
-    from scipy.stats import binomtest
+    """Two-sided p of k successes in n trials at probability 1/2: ``scipy.stats.binomtest(k, n).pvalue``.
 
-    return float(binomtest(k, n, 0.5).pvalue)
+    At probability 1/2 the distribution is symmetric, so the outcomes at
+    least as unlikely as k are the two tails cut at min(k, n - k) and at
+    max(k, n - k): p = P(X <= lo) + P(X >= n - lo) (1 when k = n / 2), from
+    the same binomial distribution functions scipy.stats uses, without
+    importing scipy.stats (scipy.special only); where they are not
+    available, scipy.stats.binomtest itself.
+    """
+    if 2 * k == n:
+        return 1.0
+    try:
+        from scipy.special._ufuncs import _binom_cdf, _binom_sf
+    except ImportError:   # another scipy layout: the public test (slower to import, same p)
+        from scipy.stats import binomtest
+
+        return float(binomtest(k, n, 0.5).pvalue)
+    lo = min(k, n - k)
+    return min(1.0, float(_binom_cdf(lo, n, 0.5)) + float(_binom_sf(n - lo - 1, n, 0.5)))
 
 
 def paired_test(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | npt.ArrayLike) -> PairedTest:

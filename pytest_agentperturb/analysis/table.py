@@ -93,34 +93,39 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
         if c not in out.columns:
             out[c] = None
     for c in ("run_id", "model", "suite", "task", "family", "operator", "error", "awareness", "behaviour"):
-        out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+        out[c] = ["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in out[c].tolist()]
     out["error"] = out["error"].str.strip()
     # known ids (families, clean, built-in inserted objects) decide target/type; other
     # object ids keep what the table says, or "object"
     known = {*FAMILIES, CLEAN, *INSERTED, *IMAGE_OBJECTS}
-    out["target"] = [family_parts(f)[0] if f in known else (t or "object")
-                     for f, t in zip(out["family"], out["target"].fillna(""))]
-    out["type"] = [family_parts(f)[1] if f in known else (k or "object")
-                   for f, k in zip(out["family"], out["type"].fillna(""))]
+    families = out["family"].tolist()
+    parts = {f: family_parts(f) for f in set(families) if f in known}
+    out["target"] = [parts[f][0] if f in parts else (t or "object")
+                     for f, t in zip(families, out["target"].fillna("").tolist())]
+    out["type"] = [parts[f][1] if f in parts else (k or "object")
+                   for f, k in zip(families, out["type"].fillna("").tolist())]
     for c in _NUMERIC:
-        col = out[c].map(lambda v: None if _blank(v) else v)
+        if pd.api.types.is_numeric_dtype(out[c].dtype) and not pd.api.types.is_bool_dtype(out[c].dtype):
+            out[c] = out[c].astype(float)   # already numbers: NaN is the only blank
+            continue
+        col = pd.Series([None if _blank(v) else v for v in out[c].tolist()], index=out.index, dtype=object)
         try:
             out[c] = pd.to_numeric(col, errors="raise").astype(float)
         except (ValueError, TypeError) as exc:
             raise AgentPerturbError(f"{source}: column {c!r} must be numeric ({exc})") from None
     for c in ("success", "compliance"):
         try:
-            out[c] = pd.Series([parse_bool(v) for v in out[c]], index=out.index, dtype=object)
+            out[c] = pd.Series([parse_bool(v) for v in out[c].tolist()], index=out.index, dtype=object)
         except ValueError as exc:
             raise AgentPerturbError(f"{source}: column {c!r}: {exc}; use true/false or 1/0") from None
     need = out["success"].isna() & out["reward"].notna()
     out.loc[need, "success"] = pd.Series(out.loc[need, "reward"] >= threshold, dtype=object)
-    out["trajectory"] = out["trajectory"].map(lambda v: "[]" if v is None or v == "" or (
-        isinstance(v, float) and math.isnan(v)) else v)
-    derived = [m.startswith(BASELINE_PREFIX) for m in out["model"]]
+    out["trajectory"] = ["[]" if v is None or v == "" or (isinstance(v, float) and math.isnan(v)) else v
+                         for v in out["trajectory"].tolist()]
+    derived = [m.startswith(BASELINE_PREFIX) for m in out["model"].tolist()]
     if "baseline" in out.columns:
         try:
-            given = [parse_bool(v) for v in out["baseline"]]
+            given = [parse_bool(v) for v in out["baseline"].tolist()]
         except ValueError as exc:
             raise AgentPerturbError(f"{source}: column 'baseline': {exc}; use true/false or 1/0") from None
         out["baseline"] = [d if g is None else g for g, d in zip(given, derived)]
@@ -128,10 +133,14 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
         out["baseline"] = derived
     out["baseline"] = out["baseline"].astype(bool)
     rep = out["repeat"] if "repeat" in out.columns else pd.Series(0, index=out.index)
-    try:
-        out["repeat"] = pd.to_numeric(rep.map(lambda v: 0 if _blank(v) else v), errors="raise").astype(int)
-    except (ValueError, TypeError) as exc:
-        raise AgentPerturbError(f"{source}: column 'repeat' must be an integer ({exc})") from None
+    if pd.api.types.is_integer_dtype(rep.dtype) and not pd.api.types.is_bool_dtype(rep.dtype):
+        out["repeat"] = rep.astype(int)
+    else:
+        try:
+            out["repeat"] = pd.to_numeric(pd.Series([0 if _blank(v) else v for v in rep.tolist()], index=out.index,
+                                                    dtype=object), errors="raise").astype(int)
+        except (ValueError, TypeError) as exc:
+            raise AgentPerturbError(f"{source}: column 'repeat' must be an integer ({exc})") from None
     return out[[*COLUMNS, *[c for c in out.columns if c not in COLUMNS]]]
 
 
