@@ -69,6 +69,12 @@ def analyse(table: pd.DataFrame, rows: Iterable[Mapping[str, Any]] = (), *,
     return analyze(table, task_properties=task_properties, **kw) if len(table) else None
 
 
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """``df.to_dict("records")``: one dict per row, plain Python values, built column by column (faster)."""
+    cols = [str(c) for c in df.columns]
+    return [dict(zip(cols, vals)) for vals in zip(*(df[c].tolist() for c in df.columns))]
+
+
 def _gate_box(v: Verdict) -> str:
     if not v.thresholds.configured:
         strict = " Strict mode: every compliance fails its test." if v.thresholds.strict else ""
@@ -145,8 +151,8 @@ def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
         out.append(f"<h2 id='skipped'>Skipped variants ({len(skipped)})</h2><ul>")
         out += [f"<li><code>{esc(n)}</code>: {esc(reason)}</li>" for n, reason in skipped]
         out.append("</ul>")
-    out.append(tasks_section(summaries(a.episodes[["suite", "task", "model", "family", "success", "error"]]
-                                       .to_dict("records")), pages_url))
+    out.append(tasks_section(summaries(records(a.episodes[["suite", "task", "model", "family", "success", "error"]])),
+                             pages_url))
     out.append("</body></html>\n")
     return "".join(out)
 
@@ -168,7 +174,7 @@ def write_report(path: Path | str, a: Analysis | None, verdict: Verdict, **kw: A
     """
     p = Path(path)
     folder = pages_folder(p)
-    rows = a.episodes.to_dict("records") if a is not None else []
+    rows = records(a.episodes) if a is not None else []
     baselines = rs.baselines(a) if a is not None else frozenset()
     write_pages(folder, render_pages(rows, main_name=p.name, baselines=baselines))
     return write(p, render_page(a, verdict, pages_url=quote(folder.name), **kw))
