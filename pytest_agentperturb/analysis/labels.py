@@ -60,8 +60,17 @@ _CHANNEL = re.compile(
     rf"mismatch(?:es)?)\s+(?:in|between|with)\s+(?:the\s+)?{_CH}\b"
     rf"|\b(?:the\s+)?{_CH}\s+and\s+(?:the\s+)?[\w`'./-]+(?:\s+[\w`'./-]+)?\s+(?:contradict|conflict|disagree"
     rf"|do(?:n't| not) (?:match|agree)|are inconsistent)\b", re.I)
+# Every alternative of _CHANNEL names a channel (_CH, spaces included), so a lowercased ASCII text that holds
+# none of these pieces of _CH cannot match it (checked first: the pattern is slow).
+_CHANNEL_WORDS = ("instruction", "task description", "procedure", "polic", "tool description", "tool list",
+                  "tool schema", "tool contract", "tool definition", "tool spec", "schema", "documentation",
+                  *(f"{w} {c}" for w in ("earlier", "previous", "prior") for c in ("conversation", "message", "turn")),
+                  "context", "note", "user message", "user request", "user's message", "user's request")
 _ABANDON = re.compile(r"\b(cannot|can't|can not|unable|not possible|impossible|giving up|stop(?:ping)? here)\b",
                       re.I)
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False)   # what json.dumps(x, ensure_ascii=False) does
 
 
 def _traj(x: Any) -> list[dict[str, Any]]:
@@ -110,10 +119,19 @@ def _actions(traj: Sequence[Mapping[str, Any]]) -> str:
         if e.get("role") == "assistant":
             if "tool" in e and e["tool"] != ASK_USER:
                 a = e.get("args")
-                parts += [str(e["tool"]), a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)]
+                parts += [str(e["tool"]), a if isinstance(a, str) else _JSON.encode(a)]
             elif e.get("final"):
                 parts.append(str(e.get("content", "")))
     return "\n".join(parts)
+
+
+def _channel(text: str) -> bool:
+    """Whether the text attributes a problem to an input channel (:data:`_CHANNEL`)."""
+    if text.isascii():
+        low = text.lower()
+        if not any(w in low for w in _CHANNEL_WORDS):
+            return False
+    return _CHANNEL.search(text) is not None
 
 
 def awareness(traj: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
@@ -121,9 +139,9 @@ def awareness(traj: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     texts = _texts(traj)
     if not texts:
         return "A1", "mechanical"
-    problem = [t for t in texts if _PROBLEM.search(t)]
-    if any(_CHANNEL.search(t) for t in texts):
+    if any(_channel(t) for t in texts):
         return "A4", "heuristic"
+    problem = [t for t in texts if _PROBLEM.search(t)]
     if len(problem) >= 2:
         return "A3", "heuristic"
     if problem or any(_HEDGE.search(t) for t in texts):

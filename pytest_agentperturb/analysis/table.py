@@ -261,29 +261,33 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
     p = p.assign(n_episodes=1, perturbed_error=(~pok).astype(int),
                  no_clean=(pok & ~has_clean).astype(int), clean_error=(pok & has_clean & ~clean_ok).astype(int),
                  n_pairs=(pok & clean_ok).astype(int), no_variant=0)
-    agg = p.groupby([*key, "family"], sort=True).agg(
-        baseline=("baseline", "first"), target=("target", "first"), type=("type", "first"),
-        n_episodes=("n_episodes", "sum"), n_pairs=("n_pairs", "sum"), perturbed_error=("perturbed_error", "sum"),
-        no_clean=("no_clean", "sum"), clean_error=("clean_error", "sum"), no_variant=("no_variant", "sum"),
-    ).reset_index()
+    grouped = p.groupby([*key, "family"], sort=True)
+    agg = pd.concat([grouped[["baseline", "target", "type"]].first(),
+                     grouped[["n_episodes", "n_pairs", "perturbed_error", "no_clean", "clean_error", "no_variant"]].sum()],
+                    axis=1).reset_index()
     # variants missing: tasks with a scored clean episode x families the model ran in that run and suite
-    run = ["run_id", "model", "suite"]
-    have = set(map(tuple, agg[[*key, "family"]].to_numpy().tolist()))
-    fams = agg.groupby(run, sort=False).agg(families=("family", lambda s: sorted(set(s))),
-                                            baseline=("baseline", "first"))
-    parts = {f: (t, k) for f, t, k in agg[["family", "target", "type"]].itertuples(index=False, name=None)}
+    have = set(zip(*(agg[c].tolist() for c in (*key, "family"))))
+    fam_sets: dict[tuple[Any, ...], set[str]] = {}
+    base_of: dict[tuple[Any, ...], bool] = {}
+    parts: dict[str, tuple[str, str]] = {}
+    for run_id, model, suite, f, b, t, k in zip(*(agg[c].tolist() for c in ("run_id", "model", "suite", "family",
+                                                                             "baseline", "target", "type"))):
+        fam_sets.setdefault((run_id, model, suite), set()).add(f)
+        base_of.setdefault((run_id, model, suite), b)
+        parts[f] = (t, k)
+    fams = {r: sorted(v) for r, v in fam_sets.items()}
     gaps: list[dict[str, Any]] = []
     for (run_id, model, suite, task, repeat), good in c.items():
-        if not good or (run_id, model, suite) not in fams.index:
+        if not good or (run_id, model, suite) not in fams:
             continue
-        fr = fams.loc[(run_id, model, suite)]
-        for f in fr["families"]:
+        for f in fams[(run_id, model, suite)]:
             if (run_id, model, suite, task, repeat, f) not in have:
                 t, k = parts[f]
                 gaps.append({"run_id": run_id, "model": model, "suite": suite, "task": task, "repeat": repeat,
                              "family": f,
-                             "baseline": bool(fr["baseline"]), "target": t, "type": k, "n_episodes": 0,
-                             "n_pairs": 0, "perturbed_error": 0, "no_clean": 0, "clean_error": 0, "no_variant": 1})
+                             "baseline": bool(base_of[(run_id, model, suite)]), "target": t, "type": k,
+                             "n_episodes": 0, "n_pairs": 0, "perturbed_error": 0, "no_clean": 0, "clean_error": 0,
+                             "no_variant": 1})
     out = pd.concat([agg, pd.DataFrame(gaps, columns=cols)], ignore_index=True) if gaps else agg
     return out[cols]
 
