@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentperturb")
 FORMATS = ("csv", "parquet")
+#: The sub-commands :func:`add_commands` registers (the command line builds only these for them: faster start).
+COMMANDS: tuple[str, ...] = ("report", "analyze", "export")
 
 
 def add_commands(sub: Any) -> None:
