@@ -76,7 +76,8 @@ class Analysis:
 def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
             task_properties: pd.DataFrame | None = None, manual_labels: pd.DataFrame | None = None,
             replicates: int = N_BOOTSTRAP, permutations: int = N_PERMUTATIONS, seed: int = 0,
-            baseline: pd.DataFrame | None = None, baseline_label: str = "baseline run") -> Analysis:
+            baseline: pd.DataFrame | None = None, baseline_label: str = "baseline run",
+            labelled: pd.DataFrame | None = None) -> Analysis:
     """Run the whole study on ``df`` (already :func:`normalise`-d).
 
     Args:
@@ -89,6 +90,7 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
         seed: seed of every random draw (same seed, same numbers).
         baseline: the baseline run's episode table (normalised) to compare with.
         baseline_label: how the report names the baseline run.
+        labelled: ``label(df, manual_labels)`` when the caller has it already (it is not labelled twice).
     """
     import pandas as pd
 
@@ -100,7 +102,7 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
     from .predictors import PREDICTOR_COLUMNS, clean_score_predictor, model_predictors, task_predictors
     from .sensitivity import cross_family
 
-    labelled = label(df, manual_labels)
+    labelled = label(df, manual_labels) if labelled is None else labelled
     pr = pairs(labelled)
     audit = pairing_audit(labelled)
     dt = drops(labelled, replicates=replicates, seed=seed, paired=pr, audit=audit)

@@ -40,6 +40,9 @@ def add_commands(sub: Any) -> None:
                        description="Re-render the HTML report from a results store without running anything.")
     _store_args(p)
     p.add_argument("--out", default=DEFAULT_REPORT, metavar="PATH", help=f"HTML report (default: {DEFAULT_REPORT}).")
+    p.add_argument("--jobs", type=int, choices=(1, 2), default=2,
+                   help="processes: 2 (default) writes the task pages in a second process while this one "
+                        "analyses; 1 does everything in this one. The report is the same either way.")
     p.add_argument("--baseline", default="", metavar="RUN",
                    help="compare with a baseline run on the same variants: RUN_ID, 'last' (the most recent other "
                         "run of the store) or path.sqlite[:RUN_ID]; same as --agentperturb-baseline.")
@@ -138,13 +141,18 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
 
 
 def _judge(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
-           extra: dict[str, Any] | None = None) -> tuple[Analysis | None, gate.Verdict, dict[str, Any]]:
-    """Analysis, gate verdict and the report's page options: the same steps as the plugin's session end."""
+           extra: dict[str, Any] | None = None, *, kw: dict[str, Any] | None = None,
+           labelled: pd.DataFrame | None = None) -> tuple[Analysis | None, gate.Verdict, dict[str, Any]]:
+    """Analysis, gate verdict and the report's page options: the same steps as the plugin's session end.
+
+    ``kw`` holds :func:`_inputs` (with ``extra``) when the caller has read them already; ``labelled``
+    the labelled table when it has labelled it already.
+    """
     from .. import report
 
     thresholds = gate.from_args(args)
-    kw = {**_inputs(args), **(extra or {})}
-    analysis = report.analyse(table, rows, **kw)
+    kw = {**_inputs(args), **(extra or {})} if kw is None else kw
+    analysis = report.analyse(table, rows, **kw, **({"labelled": labelled} if labelled is not None else {}))
     verdict = gate.evaluate(thresholds, analysis)
     return analysis, verdict, {"skipped": (), "has_capability": "capability" in kw, "n_rows": len(table)}
 
@@ -156,14 +164,38 @@ def _finish(verdict: gate.Verdict) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """``agentperturb report``: analysis and HTML from the store."""
-    from .. import report
+    """``agentperturb report``: analysis and HTML from the store.
 
-    rows = _store_rows(args.store, args.run_id)
-    table = report.episode_table(rows)
-    check_values(table, args.store)
-    analysis, verdict, page = _judge(table, rows, args, _baseline(args, rows))
-    report.write_report(args.out, analysis, verdict, **page)
+    The task pages are written by a second process (:class:`~..report.worker.PageWorker`,
+    started first so that its start-up overlaps reading the store) from the labelled
+    episodes, while this one runs the rest of the analysis; the main page is written
+    last.  Without a worker (``--jobs 1``, or none could be started) all of it runs here.
+    """
+    from .. import report
+    from ..analysis.labels import label
+
+    worker = report.PageWorker.start() if args.jobs > 1 else None
+    sent = False
+    try:
+        rows = _store_rows(args.store, args.run_id)
+        table = report.episode_table(rows)
+        check_values(table, args.store)
+        kw = {**_inputs(args), **_baseline(args, rows)}
+        labelled = label(table, kw.get("manual_labels")) if len(table) else None
+        if worker is not None and labelled is not None:
+            out = Path(args.out)
+            sent = worker.send(report.pages_folder(out), report.records(labelled), main_name=out.name,
+                               baselines=frozenset(gate.baseline_models(labelled)))
+        analysis, verdict, page = _judge(table, rows, args, kw=kw, labelled=labelled)
+        if sent:
+            assert worker is not None
+            worker.wait()
+            report.write_main_page(args.out, analysis, verdict, **page)
+        else:
+            report.write_report(args.out, analysis, verdict, **page)
+    finally:
+        if worker is not None and not sent:
+            worker.cancel()
     log.info("report: %s (%d episodes; task pages in %s)", args.out, len(rows), report.pages_folder(args.out))
     return _finish(verdict)
 
