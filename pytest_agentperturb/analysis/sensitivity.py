@@ -69,8 +69,13 @@ def relation(f: str, g: str) -> str:
     return "same_target" if tf == tg else "same_type" if kf == kg else "neither"
 
 
-def _estimate(s: FloatArray, clean: FloatArray) -> FloatArray:
-    """rho matrices for a batch: ``s`` (B, M, T, F) family scores, ``clean`` (B, M, T) -> (B, F, F)."""
+def _estimate(s: FloatArray, clean: FloatArray, *, dense: bool | None = None) -> FloatArray:
+    """rho matrices for a batch: ``s`` (B, M, T, F) family scores, ``clean`` (B, M, T) -> (B, F, F).
+
+    ``dense`` (default: whether every rank is finite) skips the masking of
+    missing cells, which then is a product with ones: the same arrays, the
+    same order of every sum, the same numbers.
+    """
     bsz, nm, nt, nf = s.shape
     with np.errstate(invalid="ignore", divide="ignore"):
         cfin = np.isfinite(clean)
@@ -79,15 +84,26 @@ def _estimate(s: FloatArray, clean: FloatArray) -> FloatArray:
         delta = (s - clean[..., None]) / c_m[:, :, None, None]
     y = ranks(delta.reshape(bsz, nm * nt, nf), axis=1).reshape(bsz, nm, nt, nf)
     x = ranks(clean.reshape(bsz, nm * nt), axis=1).reshape(bsz, nm, nt)
-    v = (np.isfinite(y) & np.isfinite(x)[..., None]).astype(float)
-    y0 = np.where(v > 0, y, 0.0)
-    x0 = np.where(v > 0, x[..., None], 0.0)
-    n_m = np.maximum(v.sum(2, keepdims=True), 1.0)
-    yt = (y0 - y0.sum(2, keepdims=True) / n_m) * v                                  # within-model demeaning
-    xt = (x0 - x0.sum(2, keepdims=True) / n_m) * v
+    if dense is None:
+        dense = bool(np.isfinite(y).all()) and bool(np.isfinite(x).all())
+    if dense:   # every (m, t, f) valid: the mask v is all ones
+        v = np.ones((bsz, nm, nt, nf))
+        y0 = np.ascontiguousarray(y)
+        x0 = np.ascontiguousarray(np.broadcast_to(x[..., None], y0.shape))
+        n_m = float(max(nt, 1))
+        yt = y0 - y0.sum(2, keepdims=True) / n_m                                     # within-model demeaning
+        xt = x0 - x0.sum(2, keepdims=True) / n_m
+    else:
+        v = (np.isfinite(y) & np.isfinite(x)[..., None]).astype(float)
+        y0 = np.where(v > 0, y, 0.0)
+        x0 = np.where(v > 0, x[..., None], 0.0)
+        n_m = np.maximum(v.sum(2, keepdims=True), 1.0)
+        yt = (y0 - y0.sum(2, keepdims=True) / n_m) * v
+        xt = (x0 - x0.sum(2, keepdims=True) / n_m) * v
     sxx = (xt * xt).sum((1, 2))
     beta = np.where(sxx > 0, (xt * yt).sum((1, 2)) / np.where(sxx > 0, sxx, 1.0), 0.0)   # (B, F)
-    z = ((yt - beta[:, None, None, :] * xt) * v).reshape(bsz, nm * nt, nf)
+    z = yt - beta[:, None, None, :] * xt
+    z = (z if dense else z * v).reshape(bsz, nm * nt, nf)
     vv = v.reshape(bsz, nm * nt, nf)
     zt = z.transpose(0, 2, 1)
     n = vv.transpose(0, 2, 1) @ vv
@@ -140,7 +156,8 @@ def cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int =
     results = []
     for suite, g in d.groupby("suite", sort=True):
         res = Sensitivity(suite=str(suite), replicates=replicates)
-        fams = [f for f in FAMILIES if f in set(g["family"])]
+        present = set(g["family"].unique().tolist())
+        fams = [f for f in FAMILIES if f in present]
         models, tasks = sorted(g["model"].unique()), sorted(g["task"].unique())
         res.n_models, res.n_tasks = len(models), len(tasks)
         if len(fams) < 2 or len(tasks) < 3 or len(models) * len(tasks) < 4:

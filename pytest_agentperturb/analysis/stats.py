@@ -41,7 +41,7 @@ def ranks(x: npt.ArrayLike, axis: int = -1) -> FloatArray:
     """Average ranks (1-based) along ``axis`` of the rounded values; NaN stays NaN and takes no rank."""
     a = rounded(x)
     nan = np.isnan(a)
-    r = average_ranks(np.where(nan, np.inf, a), axis=axis)
+    r = average_ranks(np.where(nan, np.inf, a) if nan.any() else a, axis=axis)
     return np.where(nan, np.nan, r)
 
 
