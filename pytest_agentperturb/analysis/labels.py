@@ -289,7 +289,8 @@ def label_counts(labelled: pd.DataFrame) -> pd.DataFrame:
     from .table import pooled
 
     flips = labelled["harmful_flip"] if "harmful_flip" in labelled.columns else harmful_flips(labelled)
-    d = pooled(labelled[flips.astype(bool)])
+    cols = ["suite", "family", "baseline", "awareness", "behaviour", "awareness_source", "behaviour_source"]
+    d = pooled(labelled.loc[flips.astype(bool), [c for c in cols if c in labelled.columns]])
     out: list[dict[str, Any]] = []
     for suite, g in d.groupby("suite", sort=True):
         fam = g[g["family"].isin(FAMILIES)]

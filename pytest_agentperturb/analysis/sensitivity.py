@@ -18,6 +18,8 @@ neither.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
@@ -151,9 +153,45 @@ def _group_stats(rho: FloatArray, fams: list[str]) -> dict[str, FloatArray]:
 def cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0,
                  level: float = 0.95) -> list[Sensitivity]:
     """Cross-family correlations per suite (see the module docstring for the estimator)."""
+    jobs = _prepare(df, replicates)
+    _compute(jobs, replicates, seed, level)
+    return [res for res, _ in jobs]
+
+
+def start_cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0,
+                       level: float = 0.95) -> Callable[[], list[Sensitivity]]:
+    """:func:`cross_family`, its numpy part (the bootstrap) run by a background thread: call the result for it.
+
+    The table is read here; the thread then works on arrays of its own, and
+    numpy lets go of the interpreter's lock in its large operations, so the
+    caller's pandas work goes on beside it on a second core.  The numbers are
+    those of :func:`cross_family` (the same draws in the same order).
+    """
+    jobs = _prepare(df, replicates)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _compute(jobs, replicates, seed, level)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the caller's join
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="agentperturb-cross-family", daemon=True)
+    thread.start()
+
+    def result() -> list[Sensitivity]:
+        thread.join()
+        if failed:
+            raise failed[0]
+        return [res for res, _ in jobs]
+
+    return result
+
+
+def _prepare(df: pd.DataFrame, replicates: int) -> list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]]:
+    """Per suite: its result (skipped already where too small) and (clean (M, T), family scores (M, T, F))."""
     d = pooled(scored(df))
-    rng = np.random.default_rng(seed)
-    results = []
+    jobs: list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]] = []
     for suite, g in d.groupby("suite", sort=True):
         res = Sensitivity(suite=str(suite), replicates=replicates)
         present = set(g["family"].unique().tolist())
@@ -163,19 +201,32 @@ def cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int =
         if len(fams) < 2 or len(tasks) < 3 or len(models) * len(tasks) < 4:
             res.skipped = (f"needs at least 2 families and 3 tasks (found {len(fams)} families, "
                            f"{len(tasks)} tasks)")
-            results.append(res)
+            jobs.append((res, None))
             continue
         piv = g[g["family"].isin([CLEAN, *fams])].pivot_table(
             index=["model", "task"], columns="family", values="reward", aggfunc="mean")
         piv = piv.reindex(index=[(m, t) for m in models for t in tasks], columns=[CLEAN, *fams])
         arr = piv.to_numpy(dtype=float).reshape(len(models), len(tasks), len(fams) + 1)
-        clean, s = arr[:, :, 0], arr[:, :, 1:]
+        res.families = fams
+        jobs.append((res, (arr[:, :, 0], arr[:, :, 1:])))
+    return jobs
+
+
+def _compute(jobs: list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]], replicates: int, seed: int,
+             level: float) -> None:
+    """Fill in each prepared suite's estimates and bootstrap intervals (one generator, suites in order)."""
+    rng = np.random.default_rng(seed)
+    for res, arrays in jobs:
+        if arrays is None:
+            continue
+        clean, s = arrays
+        fams, n_tasks = res.families, clean.shape[1]
         point = _estimate(s[None], clean[None])[0]
         order, link = _order(point)
         boots = []
         for start in range(0, replicates, _BLOCK):
             k = min(_BLOCK, replicates - start)
-            idx = rng.integers(0, len(tasks), size=(k, len(tasks)))
+            idx = rng.integers(0, n_tasks, size=(k, n_tasks))
             boots.append(_estimate(s[:, idx].transpose(1, 0, 2, 3), clean[:, idx].transpose(1, 0, 2)))
         boot = np.concatenate(boots) if boots else np.zeros((0, len(fams), len(fams)))
         lo, hi = percentile_interval(boot, level)
@@ -188,7 +239,5 @@ def cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int =
             blo, bhi = percentile_interval(bst[name], level)
             n_pairs = sum(1 for a, b in combinations(fams, 2) if relation(a, b) == name) \
                 if name in GROUPS else None
-            res.groups.append({"suite": str(suite), "group": name, "mean_rho": float(val),
+            res.groups.append({"suite": res.suite, "group": name, "mean_rho": float(val),
                                "ci_low": float(blo), "ci_high": float(bhi), "n_pairs": n_pairs})
-        results.append(res)
-    return results

@@ -262,9 +262,8 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
                  no_clean=(pok & ~has_clean).astype(int), clean_error=(pok & has_clean & ~clean_ok).astype(int),
                  n_pairs=(pok & clean_ok).astype(int), no_variant=0)
     grouped = p.groupby([*key, "family"], sort=True)
-    agg = pd.concat([grouped[["baseline", "target", "type"]].first(),
-                     grouped[["n_episodes", "n_pairs", "perturbed_error", "no_clean", "clean_error", "no_variant"]].sum()],
-                    axis=1).reset_index()
+    counts = ["n_episodes", "n_pairs", "perturbed_error", "no_clean", "clean_error", "no_variant"]
+    agg = pd.concat([grouped[["baseline", "target", "type"]].first(), grouped[counts].sum()], axis=1).reset_index()
     # variants missing: tasks with a scored clean episode x families the model ran in that run and suite
     have = set(zip(*(agg[c].tolist() for c in (*key, "family"))))
     fam_sets: dict[tuple[Any, ...], set[str]] = {}

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
     from ..gate import Verdict
 
-__all__ = ["PageWorker", "analyse", "diff_html", "episode_anchor", "episode_table", "episode_url", "highlight", "image_html",
-           "pages_folder", "records", "render_page", "task_properties_of", "trajectory_html", "write", "write_main_page",
-           "write_report"]
+__all__ = ["PageWorker", "analyse", "diff_html", "episode_anchor", "episode_table", "episode_url", "highlight",
+           "image_html", "pages_folder", "records", "render_page", "task_properties_of", "trajectory_html", "write",
+           "write_main_page", "write_report"]
 
 
 def episode_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

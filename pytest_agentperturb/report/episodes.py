@@ -97,7 +97,8 @@ def highlight(text: str, canaries: Sequence[str]) -> str:
 
 
 _SEP, _SLOT = "\x00", "\x01"
-_ARGS = json.JSONEncoder(ensure_ascii=False, sort_keys=True)   # what json.dumps(x, ensure_ascii=False, sort_keys=True) does
+#: what json.dumps(x, ensure_ascii=False, sort_keys=True) does, without building an encoder per call
+_ARGS = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
 
 
 def escape_all(texts: Sequence[str]) -> list[str]:
