@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +41,10 @@ def add_commands(sub: Any) -> None:
                        description="Re-render the HTML report from a results store without running anything.")
     _store_args(p)
     p.add_argument("--out", default=DEFAULT_REPORT, metavar="PATH", help=f"HTML report (default: {DEFAULT_REPORT}).")
-    p.add_argument("--jobs", type=int, choices=(1, 2), default=2,
-                   help="processes: 2 (default) writes the task pages in a second process while this one "
-                        "analyses; 1 does everything in this one. The report is the same either way.")
+    p.add_argument("--jobs", choices=("auto", "1", "2"), default="auto",
+                   help="processes: 2 writes the task pages in a second process while this one analyses, 1 does "
+                        "everything in this one, auto (default) takes 2 when a processor is idle (load average "
+                        "below the processors less one half). The report is the same either way.")
     p.add_argument("--baseline", default="", metavar="RUN",
                    help="compare with a baseline run on the same variants: RUN_ID, 'last' (the most recent other "
                         "run of the store) or path.sqlite[:RUN_ID]; same as --agentperturb-baseline.")
@@ -174,7 +176,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .. import report
     from ..analysis.labels import label
 
-    worker = report.PageWorker.start() if args.jobs > 1 else None
+    worker = report.PageWorker.start() if _jobs(args.jobs) > 1 else None
     sent = False
     try:
         rows = _store_rows(args.store, args.run_id)
@@ -184,8 +186,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         labelled = label(table, kw.get("manual_labels")) if len(table) else None
         if worker is not None and labelled is not None:
             out = Path(args.out)
-            sent = worker.send(report.pages_folder(out), report.records(labelled), main_name=out.name,
-                               baselines=frozenset(gate.baseline_models(labelled)))
+            sent = worker.send(report.pages_folder(out), {c: labelled[c].tolist() for c in labelled.columns},
+                               main_name=out.name, baselines=frozenset(gate.baseline_models(labelled)))
         analysis, verdict, page = _judge(table, rows, args, kw=kw, labelled=labelled)
         if sent:
             assert worker is not None
@@ -198,6 +200,18 @@ def cmd_report(args: argparse.Namespace) -> int:
             worker.cancel()
     log.info("report: %s (%d episodes; task pages in %s)", args.out, len(rows), report.pages_folder(args.out))
     return _finish(verdict)
+
+
+def _jobs(choice: str) -> int:
+    """Processes for ``--jobs``: 1 or 2 as asked; ``auto``: 2 when a processor is idle, else 1."""
+    if choice != "auto":
+        return int(choice)
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):   # no load average here (Windows): trust the processor count
+        load = 0.0
+    return 2 if cores >= 2 and load < cores - 0.5 else 1
 
 
 def check_values(table: pd.DataFrame, source: str) -> None:

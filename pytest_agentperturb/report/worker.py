@@ -59,10 +59,17 @@ class PageWorker:
             return None
         return cls(proc, errors)
 
-    def send(self, folder: Path | str, rows: Sequence[Mapping[str, Any]], *, main_name: str,
+    def send(self, folder: Path | str, columns: Mapping[str, Sequence[Any]], *, main_name: str,
              baselines: frozenset[str]) -> bool:
-        """Hand the worker its job: write the pages of ``rows`` into ``folder``.  False if it is gone (do it here)."""
-        job = {"folder": str(folder), "rows": list(rows), "main_name": main_name, "baselines": sorted(baselines)}
+        """Hand the worker its job: write the pages of the episodes into ``folder``.  False if it is gone.
+
+        ``columns`` holds the labelled episode table column by column (name ->
+        values, ``Series.tolist()``): the worker makes the rows of
+        :func:`~pytest_agentperturb.report.records` from it.  On False the
+        caller writes the pages itself.
+        """
+        job = {"folder": str(folder), "columns": {str(k): list(v) for k, v in columns.items()},
+               "main_name": main_name, "baselines": sorted(baselines)}
         assert self._proc.stdin is not None
         try:
             pickle.dump(job, self._proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
@@ -109,8 +116,10 @@ def main() -> int:
         job = pickle.load(sys.stdin.buffer)
     except (EOFError, pickle.UnpicklingError):
         return 0   # cancelled before the job was complete
+    names = list(job["columns"])
+    rows = [dict(zip(names, vals)) for vals in zip(*job["columns"].values())]
     try:
-        write_pages(job["folder"], render_pages(job["rows"], main_name=job["main_name"],
+        write_pages(job["folder"], render_pages(rows, main_name=job["main_name"],
                                                 baselines=frozenset(job["baselines"])))
     except AgentPerturbError as exc:
         sys.stderr.write(f"{exc}\n")
