@@ -145,10 +145,10 @@ def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
         elif role == "grader":
             checks = [(str(c), ok) for c, ok in e.get("checks") or []]
             plain.update(range(len(texts), len(texts) + len(checks)))
-            items.append("<li class=obs>grader: " + "; ".join(
-                f"<span class={'pass' if ok else 'fail'}>{'✓' if ok else '✗'} \x01</span>" for _, ok in checks)
+            items.append("<li class=obs>grader: " + "; ".join([
+                "<span class=pass>✓ \x01</span>" if ok else "<span class=fail>✗ \x01</span>" for _, ok in checks])
                 + "</li>")
-            texts += (c for c, _ in checks)
+            texts += [c for c, _ in checks]
         else:
             plain.add(len(texts))
             items.append("<li class=obs>\x01: \x01</li>")
@@ -164,8 +164,10 @@ def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
             for k, t in enumerate(texts):
                 if k not in plain and any(n in t for n in needles):
                     escaped[k] = mark(t)
-    pieces = "".join(items).split(_SLOT)
-    return "<ol class=traj>" + "".join(p + x for p, x in zip(pieces, escaped)) + pieces[-1] + "</ol>"
+    out = "".join(items).split(_SLOT)   # one piece more than there are texts
+    merged = [""] * (2 * len(out) - 1)
+    merged[0::2], merged[1::2] = out, escaped
+    return "<ol class=traj>" + "".join(merged) + "</ol>"
 
 
 def image_html(part: Mapping[str, Any]) -> str:
