@@ -187,3 +187,18 @@ def test_auto_jobs_take_a_second_process_only_when_a_processor_is_idle(monkeypat
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert _jobs("auto") == 1
+
+
+def test_an_empty_store_still_gives_a_main_page(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from contextlib import closing
+
+    from pytest_agentperturb.analysis import normalise
+    from pytest_agentperturb.run.store import Store
+
+    with closing(Store(tmp_path / "empty.sqlite")):
+        pass
+    out = tmp_path / "r" / "agentperturb.html"
+    assert _report(tmp_path / "empty.sqlite", out) == 0
+    assert "No episodes." in out.read_text(encoding="utf-8")
+    t = normalise(episode_table([]))
+    assert len(t) == 0 and t["error"].dtype == object and t["trajectory"].dtype == object

@@ -65,6 +65,13 @@ def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
 
+def _column(values: list[Any], index: Any) -> Any:
+    """Values for a column, typed as ``Series.map`` types them (an empty column stays ``object``)."""
+    import pandas as pd
+
+    return values if values else pd.Series(values, index=index, dtype=object)
+
+
 def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episode table") -> pd.DataFrame:
     """Every :data:`COLUMNS` column, typed, plus ``baseline``; derives what a short table lacks.
 
@@ -93,7 +100,8 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
         if c not in out.columns:
             out[c] = None
     for c in ("run_id", "model", "suite", "task", "family", "operator", "error", "awareness", "behaviour"):
-        out[c] = ["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in out[c].tolist()]
+        out[c] = _column(["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+                          for v in out[c].tolist()], out.index)
     out["error"] = out["error"].str.strip()
     # known ids (families, clean, built-in inserted objects) decide target/type; other
     # object ids keep what the table says, or "object"
@@ -120,8 +128,8 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
             raise AgentPerturbError(f"{source}: column {c!r}: {exc}; use true/false or 1/0") from None
     need = out["success"].isna() & out["reward"].notna()
     out.loc[need, "success"] = pd.Series(out.loc[need, "reward"] >= threshold, dtype=object)
-    out["trajectory"] = ["[]" if v is None or v == "" or (isinstance(v, float) and math.isnan(v)) else v
-                         for v in out["trajectory"].tolist()]
+    out["trajectory"] = _column(["[]" if v is None or v == "" or (isinstance(v, float) and math.isnan(v)) else v
+                                 for v in out["trajectory"].tolist()], out.index)
     derived = [m.startswith(BASELINE_PREFIX) for m in out["model"].tolist()]
     if "baseline" in out.columns:
         try:

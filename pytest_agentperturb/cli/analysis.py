@@ -177,7 +177,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..analysis.labels import label
 
     worker = report.PageWorker.start() if _jobs(args.jobs) > 1 else None
-    sent = False
+    sent = done = False
     try:
         rows = _store_rows(args.store, args.run_id)
         table = report.episode_table(rows)
@@ -191,13 +191,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         analysis, verdict, page = _judge(table, rows, args, kw=kw, labelled=labelled)
         if sent:
             assert worker is not None
+            done = True
             worker.wait()
             report.write_main_page(args.out, analysis, verdict, **page)
         else:
             report.write_report(args.out, analysis, verdict, **page)
     finally:
-        if worker is not None and not sent:
-            worker.cancel()
+        if worker is not None and not done:
+            worker.cancel()   # no job: it exits at once; a job under way: it is waited for
     log.info("report: %s (%d episodes; task pages in %s)", args.out, len(rows), report.pages_folder(args.out))
     return _finish(verdict)
 

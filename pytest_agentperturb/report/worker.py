@@ -94,7 +94,7 @@ class PageWorker:
             raise AgentPerturbError(text.splitlines()[-1] if text else f"the task pages' worker failed (exit {rc})")
 
     def cancel(self) -> None:
-        """End the worker without a job (it writes nothing) and wait for it."""
+        """End the worker and wait for it: without a job it writes nothing; a job under way is finished."""
         try:
             if self._proc.stdin is not None and not self._proc.stdin.closed:
                 self._proc.stdin.close()   # end of input before a whole job: the worker exits at once
