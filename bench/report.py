@@ -5,12 +5,17 @@ Builds two synthetic stores in a temporary folder (``tests/synthetic_store.py``:
 tenth task with images), runs the real command on each in a subprocess --
 ``agentperturb report --store S --out R/agentperturb.html``, default
 bootstrap replicates and permutations -- and prints the wall and CPU
-seconds of the whole command, the size of the main page and of its task
-pages folder, and the ratios between the two stores.  For scale it also
-times the bare imports the analysis needs (pandas, scipy.stats), which no
-report can go below.
+seconds of the whole command (CPU: user + system of the command and of its
+page worker), the size of the main page and of its task pages folder, and
+the ratios between the two stores.  The large store is run ``--runs`` times
+(median) with the default ``--jobs auto`` and with ``--jobs 1`` (one
+process), in turn; ``--vs DIR`` runs another checkout's command (e.g. the
+previous release) in the same turns, so old and new are measured under the
+same load.  Other processes on the machine stretch the wall time; the load
+average is printed before and after.  For scale it also times the bare
+imports a report needs (pandas, scipy.special), which no report can go below.
 
-Run: ``PYTHONPATH=. python bench/report.py [--tasks 180]``
+Run: ``PYTHONPATH=. python bench/report.py [--tasks 180] [--runs 3] [--vs ../old-checkout]``
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,12 +36,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 from synthetic_store import MODELS, PER_TASK, write_store  # noqa: E402
 
 
-def _run(cmd: list[str]) -> tuple[float, float]:
-    """(wall, CPU) seconds of a subprocess (CPU: user + sys of the child)."""
+def _run(cmd: list[str], src: Path = ROOT) -> tuple[float, float]:
+    """(wall, CPU) seconds of a subprocess run in ``src`` (CPU: user + sys of it and of what it waited for)."""
+    import time
+
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(cmd, check=True, cwd=src, capture_output=True, env={**os.environ, "PYTHONPATH": str(src)})
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -47,33 +54,69 @@ def _size(path: Path) -> tuple[int, int]:
     return sum(p.stat().st_size for p in files), len(files)
 
 
+def _report(store: Path, out: Path, src: Path = ROOT, extra: Sequence[str] = ()) -> tuple[float, float]:
+    return _run([sys.executable, "-m", "pytest_agentperturb.cli", "report", "--store", str(store), "--out", str(out),
+                 *extra], src)
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return "n/a"
+
+
 def measure(tmp: Path, tasks: int) -> dict[str, float]:
     store, out = tmp / f"s{tasks}.sqlite", tmp / f"r{tasks}" / "agentperturb.html"
     n = write_store(store, tasks)
-    wall, cpu = _run([sys.executable, "-m", "pytest_agentperturb.cli", "report", "--store", str(store),
-                      "--out", str(out)])
+    wall, cpu = _report(store, out)
     folder_bytes, pages = _size(out.parent / "agentperturb-tasks")
     main = out.stat().st_size
     print(f"{n:>5} episodes ({tasks} tasks): report {wall:.2f} s wall, {cpu:.2f} s CPU; main page "
           f"{main / 1e6:.3f} MB; task pages {folder_bytes / 1e6:.1f} MB in {pages} files")
-    return {"episodes": n, "wall": wall, "cpu": cpu, "main": main, "folder": folder_bytes}
+    return {"episodes": n, "wall": wall, "cpu": cpu, "main": main, "folder": folder_bytes, "store": str(store)}
+
+
+def repeated(tmp: Path, store: Path, runs: int, vs: Path | None) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) per variant over ``runs`` turns, the variants taking turns within each."""
+    variants: dict[str, tuple[Path, tuple[str, ...]]] = {"jobs auto": (ROOT, ()), "jobs 1": (ROOT, ("--jobs", "1"))}
+    if vs is not None:
+        variants["--vs"] = (vs, ())
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
+    for i in range(runs):
+        for name, (src, extra) in variants.items():
+            got[name].append(_report(store, tmp / f"rep-{i}-{name.replace(' ', '')}" / "agentperturb.html", src,
+                                     extra))
+    return {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in got.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=180, help="tasks of the large store (x 32 episodes)")
+    ap.add_argument("--runs", type=int, default=3, help="turns of the large store's repeated runs (median)")
+    ap.add_argument("--vs", type=Path, default=None, help="another checkout whose command runs in the same turns")
     args = ap.parse_args(argv)
-    print(f"models: {len(MODELS)}, families per task: {len(PER_TASK)}")
-    floor_wall, floor_cpu = _run([sys.executable, "-c", "import pandas, scipy.stats"])
-    print(f"imports alone (pandas, scipy.stats): {floor_wall:.2f} s wall, {floor_cpu:.2f} s CPU")
+    print(f"models: {len(MODELS)}, families per task: {len(PER_TASK)}; processors: {os.cpu_count()}; "
+          f"load average {_load()}")
+    floor_wall, floor_cpu = _run([sys.executable, "-c", "import pandas, scipy.special"])
+    print(f"imports alone (pandas, scipy.special): {floor_wall:.2f} s wall, {floor_cpu:.2f} s CPU")
     with tempfile.TemporaryDirectory(prefix="agentperturb-bench-") as d:
         small = measure(Path(d), 9)
         big = measure(Path(d), args.tasks)
+        med = repeated(Path(d), Path(str(big["store"])), args.runs, args.vs)
     print(f"ratios {big['episodes'] / small['episodes']:.0f}x episodes: main page "
           f"{big['main'] / small['main']:.2f}x, task pages {big['folder'] / small['folder']:.1f}x, "
           f"wall {big['wall'] / small['wall']:.2f}x, CPU {big['cpu'] / small['cpu']:.2f}x")
-    print(f"main page under 3 MB: {big['main'] < 3e6}")
-    print(f"report_seconds_{big['episodes']}: {big['wall']:.2f}")
+    for name, (wall, cpu) in med.items():
+        label = f"--vs {args.vs}" if name == "--vs" else name
+        print(f"{big['episodes']:>5} episodes, median of {args.runs}, {label}: {wall:.2f} s wall, {cpu:.2f} s CPU")
+    if args.vs is not None:
+        (w_new, c_new), (w_old, c_old) = med["jobs auto"], med["--vs"]
+        print(f"new / --vs: wall {w_new / w_old:.2f}x, CPU {c_new / c_old:.2f}x")
+    print(f"main page under 3 MB: {big['main'] < 3e6}; load average after {_load()}")
+    wall, cpu = med["jobs auto"]
+    print(f"report_cpu_seconds_{big['episodes']}: {cpu:.2f}")
+    print(f"report_seconds_{big['episodes']}: {wall:.2f}")
     return 0
 
 

@@ -76,7 +76,8 @@ class Analysis:
 def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
             task_properties: pd.DataFrame | None = None, manual_labels: pd.DataFrame | None = None,
             replicates: int = N_BOOTSTRAP, permutations: int = N_PERMUTATIONS, seed: int = 0,
-            baseline: pd.DataFrame | None = None, baseline_label: str = "baseline run") -> Analysis:
+            baseline: pd.DataFrame | None = None, baseline_label: str = "baseline run",
+            labelled: pd.DataFrame | None = None) -> Analysis:
     """Run the whole study on ``df`` (already :func:`normalise`-d).
 
     Args:
@@ -89,6 +90,7 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
         seed: seed of every random draw (same seed, same numbers).
         baseline: the baseline run's episode table (normalised) to compare with.
         baseline_label: how the report names the baseline run.
+        labelled: ``label(df, manual_labels)`` when the caller has it already (it is not labelled twice).
     """
     import pandas as pd
 
@@ -98,9 +100,11 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
     from .cost import edit_magnitude, recovery_cost, rollout_ratios
     from .labels import label
     from .predictors import PREDICTOR_COLUMNS, clean_score_predictor, model_predictors, task_predictors
-    from .sensitivity import cross_family
+    from .sensitivity import start_cross_family
 
-    labelled = label(df, manual_labels)
+    labelled = label(df, manual_labels) if labelled is None else labelled
+    # the cross-family bootstrap (numpy) runs beside the rest (pandas) in a thread of its own
+    sensitivity = start_cross_family(labelled, replicates=replicates, seed=seed)
     pr = pairs(labelled)
     audit = pairing_audit(labelled)
     dt = drops(labelled, replicates=replicates, seed=seed, paired=pr, audit=audit)
@@ -108,21 +112,21 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
     parts = [t for t in (model_predictors(ov, capability, permutations=permutations, seed=seed),
                          task_predictors(pr, task_properties, permutations=permutations, seed=seed + 1)) if len(t)]
     preds = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=PREDICTOR_COLUMNS)
-    return Analysis(
+    tables = dict(
         episodes=labelled, drops=dt, overall=ov, suite_average=suite_average(dt),
         marginal=marginal_effects(pr), malleability=malleability(pr),
         malleability_family=malleability(pr, ("suite", "family")),
         compliance=compliance(labelled), compliance_operator=compliance(labelled, ("suite", "family", "operator")),
         paired_tests=paired_tests(pr), predictors=preds,
         clean_score=clean_score_predictor(pr, permutations=permutations, seed=seed + 2),
-        sensitivity=cross_family(labelled, replicates=replicates, seed=seed),
         recovery_cost=recovery_cost(pr), rollout_ratios=rollout_ratios(pr), edit_magnitude=edit_magnitude(pr),
-        labels=_label_counts(labelled), pairing=audit, replicates=replicates, permutations=permutations,
+        labels=_label_counts(labelled), pairing=audit,
         notes=notes(labelled, audit, pr), repeats=repeat_stats(labelled, replicates=replicates, seed=seed + 3),
         versus=None if baseline is None else compare(df, baseline, label=baseline_label, replicates=replicates,
                                                      seed=seed + 4),
         trend=run_trend(df, replicates=replicates, seed=seed) if df["run_id"].nunique() > 1 else None,
     )
+    return Analysis(**tables, sensitivity=sensitivity(), replicates=replicates, permutations=permutations)
 
 
 def notes(df: pd.DataFrame, audit: pd.DataFrame, pr: pd.DataFrame) -> list[str]:

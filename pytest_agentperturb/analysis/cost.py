@@ -29,28 +29,62 @@ RATIO_METRICS: tuple[str, ...] = ("tool_calls", "turns", "input_tokens", "output
 ALL_PERTURBED = "all perturbed"
 
 
-def _with_pooled(pr: pd.DataFrame) -> pd.DataFrame:
-    import pandas as pd
+class _Pairs:
+    """A pairs table read once as numpy columns, and the row positions of its (model, suite) groups and levels.
 
-    return pd.concat([pr, pooled(pr).assign(model=ALL_MODELS)], ignore_index=True)
+    Positions keep the order of the table's rows, so every mean, median and
+    test sees its values in the same order as over the rows themselves.
+    """
 
+    def __init__(self, pr: pd.DataFrame) -> None:
+        self.pr = pr
+        self._cols: dict[str, np.ndarray] = {}
 
-def _levels(g: pd.DataFrame, *, by_kind: bool) -> Iterator[tuple[str, str, pd.DataFrame]]:
-    """(level_kind, level, pairs): the 12 families pooled, then per type and target (``by_kind``) or family,
-    then each inserted object on its own."""
-    mask = g["family"].isin(FAMILIES)
-    in12 = g[mask]
-    if len(in12):
-        yield "overall", ALL_PERTURBED, in12
-    groupings = (("type", "type", TYPES), ("target", "target", TARGETS)) if by_kind else (
-        ("family", "family", FAMILIES),)
-    for kind, col, values in groupings:
-        parts = dict(tuple(in12.groupby(col, sort=False)))
-        for v in values:
-            if v in parts:
-                yield kind, v, parts[v]
-    for f, h in g[~mask].groupby("family", sort=True):
-        yield "inserted", str(f), h
+    def col(self, name: str, dtype: Any = float) -> np.ndarray:
+        """A column as a numpy array (read once)."""
+        key = f"{name}:{dtype}"
+        if key not in self._cols:
+            self._cols[key] = self.pr[name].to_numpy(dtype)
+        return self._cols[key]
+
+    def groups(self) -> Iterator[tuple[str, str, np.ndarray]]:
+        """(model, suite, positions) sorted by model and suite; model ``"all models"`` holds the pooled rows.
+
+        The groups of the table with its pooled rows appended under
+        ``"all models"`` (the pooled rows come after the table's own).
+        """
+        pos = np.arange(len(self.pr))
+        base = self.col("baseline", bool)
+        pooled_pos = pos[~base] if base.any() and not base.all() else pos   # as :func:`~.table.pooled`
+        src = np.concatenate([pos, pooled_pos])
+        models = np.concatenate([self.col("model", object), np.full(len(pooled_pos), ALL_MODELS, dtype=object)])
+        suites = self.col("suite", object)[src]
+        codes: dict[tuple[str, str], list[int]] = {}
+        for k, key in enumerate(zip(models.tolist(), suites.tolist())):
+            codes.setdefault(key, []).append(k)
+        for (model, suite) in sorted(codes):
+            yield model, suite, src[np.asarray(codes[(model, suite)], dtype=np.int64)]
+
+    def levels(self, g: np.ndarray, *, by_kind: bool) -> Iterator[tuple[str, str, np.ndarray]]:
+        """(level_kind, level, positions) of a group: the 12 families pooled, then per type and target
+        (``by_kind``) or family, then each inserted object on its own."""
+        fam = self.col("family", object)[g]
+        mask = np.isin(fam, FAMILIES)
+        in12 = g[mask]
+        if len(in12):
+            yield "overall", ALL_PERTURBED, in12
+        groupings = (("type", "type", TYPES), ("target", "target", TARGETS)) if by_kind else (
+            ("family", "family", FAMILIES),)
+        for kind, col, values in groupings:
+            labels = self.col(col, object)[in12]
+            for v in values:
+                sel = in12[labels == v]
+                if len(sel):
+                    yield kind, v, sel
+        rest = g[~mask]
+        rest_fam = fam[~mask]
+        for f in sorted(set(rest_fam.tolist())):
+            yield "inserted", str(f), rest[rest_fam == f]
 
 
 def recovery_cost(df: pd.DataFrame) -> pd.DataFrame:
@@ -77,18 +111,20 @@ def recovery_cost(df: pd.DataFrame) -> pd.DataFrame:
     if not len(pr) or not (pr["tokens_clean"].notna() & pr["tokens_pert"].notna()).any():
         return pd.DataFrame(columns=cols)
     out: list[dict[str, Any]] = []
-    for (model, suite), g in _with_pooled(pr).groupby(["model", "suite"], sort=True):
-        for kind, lev, h in _levels(g, by_kind=False):
-            known = h["tokens_clean"].notna() & h["tokens_pert"].notna()
+    t = _Pairs(pr)
+    tc, tp = t.col("tokens_clean"), t.col("tokens_pert")
+    for model, suite, g in t.groups():
+        for kind, lev, h in t.levels(g, by_kind=False):
+            known = np.isfinite(tc[h]) & np.isfinite(tp[h])
             k = h[known]
             if not len(k):
                 continue
-            row: dict[str, Any] = {"model": model, "suite": suite, "baseline": bool(k["baseline"].all()),
+            row: dict[str, Any] = {"model": model, "suite": suite, "baseline": bool(t.col("baseline", bool)[k].all()),
                                    "level_kind": kind, "family": lev}
             means = {}
             for side in ("clean", "pert"):
-                ok = k[f"success_{side}"].to_numpy(bool)
-                tok = k[f"tokens_{side}"].to_numpy(float)
+                ok = t.col(f"success_{side}", bool)[k]
+                tok = t.col(f"tokens_{side}")[k]
                 total = float(tok.sum())
                 means[side] = float(tok[ok].mean()) if ok.any() else float("nan")
                 row[f"tokens_per_success_{side}"] = means[side]
@@ -121,22 +157,24 @@ def rollout_ratios(df: pd.DataFrame) -> pd.DataFrame:
     out: list[dict[str, Any]] = []
     pr = as_pairs(df)
     if len(pr):
-        for (model, suite), g in _with_pooled(pr).groupby(["model", "suite"], sort=True):
-            for kind, lev, h in _levels(g, by_kind=True):
+        t = _Pairs(pr)
+        for model, suite, g in t.groups():
+            for kind, lev, h in t.levels(g, by_kind=True):
                 for metric in RATIO_METRICS:
-                    c = h[f"{metric}_clean"].to_numpy(float)
-                    p = h[f"{metric}_pert"].to_numpy(float)
+                    c = t.col(f"{metric}_clean")[h]
+                    p = t.col(f"{metric}_pert")[h]
                     ok = np.isfinite(c) & np.isfinite(p) & (c > 0)
                     if not ok.any():
                         continue
                     r = p[ok] / c[ok]
-                    t = signed_rank(c[ok], p[ok])
-                    out.append({"model": model, "suite": suite, "baseline": bool(h["baseline"].all()),
+                    q1, q3 = np.percentile(r, (25, 75))
+                    test = signed_rank(c[ok], p[ok])
+                    out.append({"model": model, "suite": suite, "baseline": bool(t.col("baseline", bool)[h].all()),
                                 "level_kind": kind, "level": lev, "metric": metric, "n_pairs": int(ok.sum()),
                                 "n_unknown": int((~ok).sum()), "median": float(np.median(r)),
-                                "q1": float(np.percentile(r, 25)), "q3": float(np.percentile(r, 75)),
+                                "q1": float(q1), "q3": float(q3),
                                 "mean": float(r.mean()), "sd": float(r.std(ddof=1)) if len(r) > 1 else float("nan"),
-                                "statistic": t.statistic, "p_value": t.p_value})
+                                "statistic": test.statistic, "p_value": test.p_value})
     return pd.DataFrame(out, columns=cols)
 
 

@@ -234,6 +234,7 @@ def marginal_effects(pairs: pd.DataFrame) -> pd.DataFrame:
     out: list[dict[str, object]] = []
     pairs = pairs[pairs["family"].isin(FAMILIES)]  # inserted objects are not part of a target's family set
     if len(pairs):
+        pairs = pairs[["model", "suite", "baseline", "target", "type", "reward_clean", "delta"]]
         both = pd.concat([pairs, pooled(pairs).assign(model=ALL_MODELS)])
         for factor in ("target", "type"):
             for (model, suite, lev), g in both.groupby(["model", "suite", factor], sort=True):
@@ -265,6 +266,7 @@ def malleability(pairs: pd.DataFrame, by: tuple[str, ...] = ("model", "suite")) 
     if "model" not in by:   # pooled over models: real models only
         pairs = pooled(pairs)
     if len(pairs):
+        pairs = pairs[[*by, *(c for c in ("success_clean", "success_pert", "delta") if c not in by)]]
         for key, g in pairs.groupby(list(by), sort=True):
             cp, pp = g["success_clean"].to_numpy(bool), g["success_pert"].to_numpy(bool)
             row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
@@ -288,6 +290,7 @@ def compliance(df: pd.DataFrame, by: tuple[str, ...] = ("model", "suite", "famil
     d = d[(d["family"] != CLEAN) & d["compliance"].notna()]
     if "model" not in by:
         d = pooled(d)
+    d = d[[*by, "compliance"]]
     out: list[dict[str, object]] = []
     for key, g in d.groupby(list(by), sort=True):
         rate = float(g["compliance"].astype(bool).mean())
@@ -309,6 +312,7 @@ def paired_tests(pairs: pd.DataFrame) -> pd.DataFrame:
     if len(pairs):
         binary = {s for s, g in pairs.groupby("suite")
                   if np.isin(g[["reward_clean", "reward_pert"]].to_numpy(float), (0.0, 1.0)).all()}
+        pairs = pairs[["model", "suite", "family", "baseline", "reward_clean", "reward_pert", "delta"]]
         both = pd.concat([pairs, pooled(pairs).assign(model=ALL_MODELS)])
         for (model, suite, fam), g in both.groupby(["model", "suite", "family"], sort=True):
             c, p = g["reward_clean"].to_numpy(float), g["reward_pert"].to_numpy(float)

@@ -18,6 +18,8 @@ neither.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, family_parts
+from .cluster import average_linkage, leaves
 from .stats import N_BOOTSTRAP, FloatArray, percentile_interval, ranks
 from .table import pooled, scored
 
@@ -68,8 +71,13 @@ def relation(f: str, g: str) -> str:
     return "same_target" if tf == tg else "same_type" if kf == kg else "neither"
 
 
-def _estimate(s: FloatArray, clean: FloatArray) -> FloatArray:
-    """rho matrices for a batch: ``s`` (B, M, T, F) family scores, ``clean`` (B, M, T) -> (B, F, F)."""
+def _estimate(s: FloatArray, clean: FloatArray, *, dense: bool | None = None) -> FloatArray:
+    """rho matrices for a batch: ``s`` (B, M, T, F) family scores, ``clean`` (B, M, T) -> (B, F, F).
+
+    ``dense`` (default: whether every rank is finite) skips the masking of
+    missing cells, which then is a product with ones: the same arrays, the
+    same order of every sum, the same numbers.
+    """
     bsz, nm, nt, nf = s.shape
     with np.errstate(invalid="ignore", divide="ignore"):
         cfin = np.isfinite(clean)
@@ -78,15 +86,26 @@ def _estimate(s: FloatArray, clean: FloatArray) -> FloatArray:
         delta = (s - clean[..., None]) / c_m[:, :, None, None]
     y = ranks(delta.reshape(bsz, nm * nt, nf), axis=1).reshape(bsz, nm, nt, nf)
     x = ranks(clean.reshape(bsz, nm * nt), axis=1).reshape(bsz, nm, nt)
-    v = (np.isfinite(y) & np.isfinite(x)[..., None]).astype(float)
-    y0 = np.where(v > 0, y, 0.0)
-    x0 = np.where(v > 0, x[..., None], 0.0)
-    n_m = np.maximum(v.sum(2, keepdims=True), 1.0)
-    yt = (y0 - y0.sum(2, keepdims=True) / n_m) * v                                  # within-model demeaning
-    xt = (x0 - x0.sum(2, keepdims=True) / n_m) * v
+    if dense is None:
+        dense = bool(np.isfinite(y).all()) and bool(np.isfinite(x).all())
+    if dense:   # every (m, t, f) valid: the mask v is all ones
+        v = np.ones((bsz, nm, nt, nf))
+        y0 = np.ascontiguousarray(y)
+        x0 = np.ascontiguousarray(np.broadcast_to(x[..., None], y0.shape))
+        n_m = float(max(nt, 1))
+        yt = y0 - y0.sum(2, keepdims=True) / n_m                                     # within-model demeaning
+        xt = x0 - x0.sum(2, keepdims=True) / n_m
+    else:
+        v = (np.isfinite(y) & np.isfinite(x)[..., None]).astype(float)
+        y0 = np.where(v > 0, y, 0.0)
+        x0 = np.where(v > 0, x[..., None], 0.0)
+        n_m = np.maximum(v.sum(2, keepdims=True), 1.0)
+        yt = (y0 - y0.sum(2, keepdims=True) / n_m) * v
+        xt = (x0 - x0.sum(2, keepdims=True) / n_m) * v
     sxx = (xt * xt).sum((1, 2))
     beta = np.where(sxx > 0, (xt * yt).sum((1, 2)) / np.where(sxx > 0, sxx, 1.0), 0.0)   # (B, F)
-    z = ((yt - beta[:, None, None, :] * xt) * v).reshape(bsz, nm * nt, nf)
+    z = yt - beta[:, None, None, :] * xt
+    z = (z if dense else z * v).reshape(bsz, nm * nt, nf)
     vv = v.reshape(bsz, nm * nt, nf)
     zt = z.transpose(0, 2, 1)
     n = vv.transpose(0, 2, 1) @ vv
@@ -104,17 +123,14 @@ def _estimate(s: FloatArray, clean: FloatArray) -> FloatArray:
 
 
 def _order(rho: FloatArray) -> tuple[list[int], FloatArray]:
-    from scipy.cluster.hierarchy import leaves_list, linkage
-    from scipy.spatial.distance import squareform
-
     k = rho.shape[0]
     if k < 2:
         return list(range(k)), np.zeros((0, 4))
     dist = 1.0 - np.where(np.isfinite(rho), rho, 0.0)
     np.fill_diagonal(dist, 0.0)
     dist = (dist + dist.T) / 2
-    z = linkage(squareform(np.clip(dist, 0.0, 2.0), checks=False), method="average")
-    return [int(i) for i in leaves_list(z)], np.asarray(z, dtype=float)
+    z = average_linkage(np.clip(dist, 0.0, 2.0))
+    return leaves(z), z
 
 
 def _group_stats(rho: FloatArray, fams: list[str]) -> dict[str, FloatArray]:
@@ -137,30 +153,80 @@ def _group_stats(rho: FloatArray, fams: list[str]) -> dict[str, FloatArray]:
 def cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0,
                  level: float = 0.95) -> list[Sensitivity]:
     """Cross-family correlations per suite (see the module docstring for the estimator)."""
+    jobs = _prepare(df, replicates)
+    _compute(jobs, replicates, seed, level)
+    return [res for res, _ in jobs]
+
+
+def start_cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0,
+                       level: float = 0.95) -> Callable[[], list[Sensitivity]]:
+    """:func:`cross_family`, its numpy part (the bootstrap) run by a background thread: call the result for it.
+
+    The table is read here; the thread then works on arrays of its own, and
+    numpy lets go of the interpreter's lock in its large operations, so the
+    caller's pandas work goes on beside it on a second core.  The numbers are
+    those of :func:`cross_family` (the same draws in the same order).
+    """
+    jobs = _prepare(df, replicates)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _compute(jobs, replicates, seed, level)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the caller's join
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="agentperturb-cross-family", daemon=True)
+    thread.start()
+
+    def result() -> list[Sensitivity]:
+        thread.join()
+        if failed:
+            raise failed[0]
+        return [res for res, _ in jobs]
+
+    return result
+
+
+def _prepare(df: pd.DataFrame, replicates: int) -> list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]]:
+    """Per suite: its result (skipped already where too small) and (clean (M, T), family scores (M, T, F))."""
     d = pooled(scored(df))
-    rng = np.random.default_rng(seed)
-    results = []
+    jobs: list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]] = []
     for suite, g in d.groupby("suite", sort=True):
         res = Sensitivity(suite=str(suite), replicates=replicates)
-        fams = [f for f in FAMILIES if f in set(g["family"])]
+        present = set(g["family"].unique().tolist())
+        fams = [f for f in FAMILIES if f in present]
         models, tasks = sorted(g["model"].unique()), sorted(g["task"].unique())
         res.n_models, res.n_tasks = len(models), len(tasks)
         if len(fams) < 2 or len(tasks) < 3 or len(models) * len(tasks) < 4:
             res.skipped = (f"needs at least 2 families and 3 tasks (found {len(fams)} families, "
                            f"{len(tasks)} tasks)")
-            results.append(res)
+            jobs.append((res, None))
             continue
         piv = g[g["family"].isin([CLEAN, *fams])].pivot_table(
             index=["model", "task"], columns="family", values="reward", aggfunc="mean")
         piv = piv.reindex(index=[(m, t) for m in models for t in tasks], columns=[CLEAN, *fams])
         arr = piv.to_numpy(dtype=float).reshape(len(models), len(tasks), len(fams) + 1)
-        clean, s = arr[:, :, 0], arr[:, :, 1:]
+        res.families = fams
+        jobs.append((res, (arr[:, :, 0], arr[:, :, 1:])))
+    return jobs
+
+
+def _compute(jobs: list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]], replicates: int, seed: int,
+             level: float) -> None:
+    """Fill in each prepared suite's estimates and bootstrap intervals (one generator, suites in order)."""
+    rng = np.random.default_rng(seed)
+    for res, arrays in jobs:
+        if arrays is None:
+            continue
+        clean, s = arrays
+        fams, n_tasks = res.families, clean.shape[1]
         point = _estimate(s[None], clean[None])[0]
         order, link = _order(point)
         boots = []
         for start in range(0, replicates, _BLOCK):
             k = min(_BLOCK, replicates - start)
-            idx = rng.integers(0, len(tasks), size=(k, len(tasks)))
+            idx = rng.integers(0, n_tasks, size=(k, n_tasks))
             boots.append(_estimate(s[:, idx].transpose(1, 0, 2, 3), clean[:, idx].transpose(1, 0, 2)))
         boot = np.concatenate(boots) if boots else np.zeros((0, len(fams), len(fams)))
         lo, hi = percentile_interval(boot, level)
@@ -173,7 +239,5 @@ def cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int =
             blo, bhi = percentile_interval(bst[name], level)
             n_pairs = sum(1 for a, b in combinations(fams, 2) if relation(a, b) == name) \
                 if name in GROUPS else None
-            res.groups.append({"suite": str(suite), "group": name, "mean_rho": float(val),
+            res.groups.append({"suite": res.suite, "group": name, "mean_rho": float(val),
                                "ci_low": float(blo), "ci_high": float(bhi), "n_pairs": n_pairs})
-        results.append(res)
-    return results

@@ -12,6 +12,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
@@ -38,12 +39,36 @@ def rounded(x: npt.ArrayLike) -> FloatArray:
 
 def ranks(x: npt.ArrayLike, axis: int = -1) -> FloatArray:
     """Average ranks (1-based) along ``axis`` of the rounded values; NaN stays NaN and takes no rank."""
-    from scipy.stats import rankdata
-
     a = rounded(x)
     nan = np.isnan(a)
-    r = rankdata(np.where(nan, np.inf, a), method="average", axis=axis)
-    return np.where(nan, np.nan, r).astype(float)
+    r = average_ranks(np.where(nan, np.inf, a) if nan.any() else a, axis=axis)
+    return np.where(nan, np.nan, r)
+
+
+def average_ranks(x: npt.ArrayLike, axis: int = -1) -> FloatArray:
+    """Average ranks (1-based) along ``axis``: tied values share the mean of their positions.
+
+    Every rank is a whole or half number, so the values are exact (those of
+    ``scipy.stats.rankdata(method="average")``).  NaN is not handled (see :func:`ranks`).
+    """
+    src = np.asarray(x, dtype=float)
+    if src.size == 0 or src.ndim == 0:
+        return np.ones_like(src)
+    a = np.moveaxis(src, axis, -1)
+    n = a.shape[-1]
+    flat = a.reshape(-1, n)
+    offset = np.arange(flat.shape[0]) * n               # flat position of each row's first element
+    order = np.argsort(flat, axis=1)                    # any sort: tied values share one average rank
+    y = np.take_along_axis(flat, order, axis=1)
+    first = np.ones(y.shape, dtype=bool)                # where a run of equal values starts (and every row)
+    first[:, 1:] = y[:, 1:] != y[:, :-1]
+    f = first.ravel()
+    starts = np.flatnonzero(f)
+    ends = np.append(starts[1:], f.size) - 1
+    mid = (starts + ends) * 0.5 + 1.0                   # 1-based average position of each run, flat
+    out = np.empty(f.size)
+    out[(order + offset[:, None]).ravel()] = (mid[np.cumsum(f) - 1].reshape(y.shape) - offset[:, None]).ravel()
+    return np.moveaxis(out.reshape(a.shape), -1, axis)
 
 
 def _pearson_rows(x: FloatArray, y: FloatArray) -> FloatArray:
@@ -177,26 +202,23 @@ def mcnemar(clean_pass: Sequence[bool] | npt.ArrayLike, pert_pass: Sequence[bool
     b = clean pass & perturbed fail, c = clean fail & perturbed pass;
     p = two-sided binomial test of b out of b + c at 1/2 (1.0 when b + c = 0).
     """
-    from scipy.stats import binomtest
-
     cp, pp = np.asarray(clean_pass, dtype=bool), np.asarray(pert_pass, dtype=bool)
     b, c = int((cp & ~pp).sum()), int((~cp & pp).sum())
-    p = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
+    p = 1.0 if b + c == 0 else binomial_two_sided(b, b + c)
     return PairedTest("mcnemar-exact", float(b), p, int(len(cp)), harmful=b, beneficial=c)
 
 
 def signed_rank(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | npt.ArrayLike) -> PairedTest:
     """Wilcoxon signed-rank test of ``pert - clean`` (zero differences dropped).
 
-    Exact distribution (scipy) for fewer than 50 non-zero differences
-    without ties; otherwise the normal approximation with the tie
-    correction and no continuity correction, computed here in numpy (the
-    same statistic and p as ``scipy.stats.wilcoxon(method="approx")``,
-    without its per-call overhead).  p = 1.0 when every difference is zero.
+    Statistic: the smaller of the two signed rank sums.  Fewer than 50
+    non-zero differences without ties: the exact two-sided p from the null
+    distribution of the rank sum (:func:`signed_rank_counts`); otherwise the
+    normal approximation with the tie correction and no continuity
+    correction.  The same statistic and p as ``scipy.stats.wilcoxon``
+    (``method="exact"`` and ``method="approx"`` respectively), computed here
+    without its per-call overhead.  p = 1.0 when every difference is zero.
     """
-    from scipy.special import ndtr
-    from scipy.stats import rankdata, wilcoxon
-
     c, p = np.asarray(clean, dtype=float), np.asarray(pert, dtype=float)
     ok = np.isfinite(c) & np.isfinite(p)
     d = (p - c)[ok]
@@ -205,15 +227,60 @@ def signed_rank(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | 
         return PairedTest("wilcoxon", 0.0, 1.0, int(len(d)))
     a = np.abs(nz)
     _, counts = np.unique(a, return_counts=True)
-    if len(counts) == len(nz) and len(nz) < 50:
-        res = wilcoxon(nz, zero_method="wilcox", method="exact")
-        return PairedTest("wilcoxon", float(res.statistic), float(res.pvalue), int(len(d)))
-    r = rankdata(a)
-    n = float(len(nz))
-    t = min(float(r[nz > 0].sum()), float(r[nz < 0].sum()))
-    se = math.sqrt((n * (n + 1) * (2 * n + 1) - 0.5 * float((counts * (counts * counts - 1.0)).sum())) / 24)
-    z = (t - n * (n + 1) / 4) / se if se > 0 else 0.0
-    return PairedTest("wilcoxon", t, float(2 * ndtr(-abs(z))), int(len(d)))
+    r = average_ranks(a)
+    n = len(nz)
+    t_plus, t_minus = float(r[nz > 0].sum()), float(r[nz < 0].sum())
+    t = min(t_plus, t_minus)
+    if len(counts) == n and n < 50:
+        # no ties: integer ranks 1..n and an integer rank sum; p = 2 min(P(T+ >= t+), P(T+ <= t+))
+        dist = signed_rank_counts(n)
+        k = int(t_plus)
+        tail = min(int(dist[k:].sum()), int(dist[:k + 1].sum()))
+        return PairedTest("wilcoxon", t, min(1.0, float(Fraction(2 * tail, 2 ** n))), int(len(d)))
+    nf = float(n)
+    se = math.sqrt((nf * (nf + 1) * (2 * nf + 1) - 0.5 * float((counts * (counts * counts - 1.0)).sum())) / 24)
+    z = (t - nf * (nf + 1) / 4) / se if se > 0 else 0.0
+    return PairedTest("wilcoxon", t, float(2 * normal_cdf(-abs(z))), int(len(d)))
+
+
+@functools.lru_cache(maxsize=64)
+def signed_rank_counts(n: int) -> npt.NDArray[np.int64]:
+    """How many of the 2^n sign assignments of ranks 1..n give each positive-rank sum 0..n(n+1)/2 (n < 63)."""
+    counts = np.zeros(n * (n + 1) // 2 + 1, dtype=np.int64)
+    counts[0] = 1
+    for k in range(1, n + 1):
+        counts[k:] = counts[k:] + counts[:-k]
+    counts.setflags(write=False)
+    return counts
+
+
+def normal_cdf(x: float) -> float:
+    """Standard normal distribution function at ``x`` (scipy's ``special.ndtr``)."""
+    from scipy.special import ndtr
+
+    return float(ndtr(x))
+
+
+def binomial_two_sided(k: int, n: int) -> float:
+    """Two-sided p of k successes in n trials at probability 1/2: ``scipy.stats.binomtest(k, n).pvalue``.
+
+    At probability 1/2 the distribution is symmetric, so the outcomes at
+    least as unlikely as k are the two tails cut at min(k, n - k) and at
+    max(k, n - k): p = P(X <= lo) + P(X >= n - lo) (1 when k = n / 2), from
+    the same binomial distribution functions scipy.stats uses, without
+    importing scipy.stats (scipy.special only); where they are not
+    available, scipy.stats.binomtest itself.
+    """
+    if 2 * k == n:
+        return 1.0
+    try:
+        from scipy.special._ufuncs import _binom_cdf, _binom_sf
+    except ImportError:   # another scipy layout: the public test (slower to import, same p)
+        from scipy.stats import binomtest
+
+        return float(binomtest(k, n, 0.5).pvalue)
+    lo = min(k, n - k)
+    return min(1.0, float(_binom_cdf(lo, n, 0.5)) + float(_binom_sf(n - lo - 1, n, 0.5)))
 
 
 def paired_test(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | npt.ArrayLike) -> PairedTest:

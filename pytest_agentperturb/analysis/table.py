@@ -65,6 +65,13 @@ def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
 
+def _column(values: list[Any], index: Any) -> Any:
+    """Values for a column, typed as ``Series.map`` types them (an empty column stays ``object``)."""
+    import pandas as pd
+
+    return values if values else pd.Series(values, index=index, dtype=object)
+
+
 def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episode table") -> pd.DataFrame:
     """Every :data:`COLUMNS` column, typed, plus ``baseline``; derives what a short table lacks.
 
@@ -93,34 +100,40 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
         if c not in out.columns:
             out[c] = None
     for c in ("run_id", "model", "suite", "task", "family", "operator", "error", "awareness", "behaviour"):
-        out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+        out[c] = _column(["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+                          for v in out[c].tolist()], out.index)
     out["error"] = out["error"].str.strip()
     # known ids (families, clean, built-in inserted objects) decide target/type; other
     # object ids keep what the table says, or "object"
     known = {*FAMILIES, CLEAN, *INSERTED, *IMAGE_OBJECTS}
-    out["target"] = [family_parts(f)[0] if f in known else (t or "object")
-                     for f, t in zip(out["family"], out["target"].fillna(""))]
-    out["type"] = [family_parts(f)[1] if f in known else (k or "object")
-                   for f, k in zip(out["family"], out["type"].fillna(""))]
+    families = out["family"].tolist()
+    parts = {f: family_parts(f) for f in set(families) if f in known}
+    out["target"] = [parts[f][0] if f in parts else (t or "object")
+                     for f, t in zip(families, out["target"].fillna("").tolist())]
+    out["type"] = [parts[f][1] if f in parts else (k or "object")
+                   for f, k in zip(families, out["type"].fillna("").tolist())]
     for c in _NUMERIC:
-        col = out[c].map(lambda v: None if _blank(v) else v)
+        if pd.api.types.is_numeric_dtype(out[c].dtype) and not pd.api.types.is_bool_dtype(out[c].dtype):
+            out[c] = out[c].astype(float)   # already numbers: NaN is the only blank
+            continue
+        col = pd.Series([None if _blank(v) else v for v in out[c].tolist()], index=out.index, dtype=object)
         try:
             out[c] = pd.to_numeric(col, errors="raise").astype(float)
         except (ValueError, TypeError) as exc:
             raise AgentPerturbError(f"{source}: column {c!r} must be numeric ({exc})") from None
     for c in ("success", "compliance"):
         try:
-            out[c] = pd.Series([parse_bool(v) for v in out[c]], index=out.index, dtype=object)
+            out[c] = pd.Series([parse_bool(v) for v in out[c].tolist()], index=out.index, dtype=object)
         except ValueError as exc:
             raise AgentPerturbError(f"{source}: column {c!r}: {exc}; use true/false or 1/0") from None
     need = out["success"].isna() & out["reward"].notna()
     out.loc[need, "success"] = pd.Series(out.loc[need, "reward"] >= threshold, dtype=object)
-    out["trajectory"] = out["trajectory"].map(lambda v: "[]" if v is None or v == "" or (
-        isinstance(v, float) and math.isnan(v)) else v)
-    derived = [m.startswith(BASELINE_PREFIX) for m in out["model"]]
+    out["trajectory"] = _column(["[]" if v is None or v == "" or (isinstance(v, float) and math.isnan(v)) else v
+                                 for v in out["trajectory"].tolist()], out.index)
+    derived = [m.startswith(BASELINE_PREFIX) for m in out["model"].tolist()]
     if "baseline" in out.columns:
         try:
-            given = [parse_bool(v) for v in out["baseline"]]
+            given = [parse_bool(v) for v in out["baseline"].tolist()]
         except ValueError as exc:
             raise AgentPerturbError(f"{source}: column 'baseline': {exc}; use true/false or 1/0") from None
         out["baseline"] = [d if g is None else g for g, d in zip(given, derived)]
@@ -128,10 +141,14 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
         out["baseline"] = derived
     out["baseline"] = out["baseline"].astype(bool)
     rep = out["repeat"] if "repeat" in out.columns else pd.Series(0, index=out.index)
-    try:
-        out["repeat"] = pd.to_numeric(rep.map(lambda v: 0 if _blank(v) else v), errors="raise").astype(int)
-    except (ValueError, TypeError) as exc:
-        raise AgentPerturbError(f"{source}: column 'repeat' must be an integer ({exc})") from None
+    if pd.api.types.is_integer_dtype(rep.dtype) and not pd.api.types.is_bool_dtype(rep.dtype):
+        out["repeat"] = rep.astype(int)
+    else:
+        try:
+            out["repeat"] = pd.to_numeric(pd.Series([0 if _blank(v) else v for v in rep.tolist()], index=out.index,
+                                                    dtype=object), errors="raise").astype(int)
+        except (ValueError, TypeError) as exc:
+            raise AgentPerturbError(f"{source}: column 'repeat' must be an integer ({exc})") from None
     return out[[*COLUMNS, *[c for c in out.columns if c not in COLUMNS]]]
 
 
@@ -252,29 +269,32 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
     p = p.assign(n_episodes=1, perturbed_error=(~pok).astype(int),
                  no_clean=(pok & ~has_clean).astype(int), clean_error=(pok & has_clean & ~clean_ok).astype(int),
                  n_pairs=(pok & clean_ok).astype(int), no_variant=0)
-    agg = p.groupby([*key, "family"], sort=True).agg(
-        baseline=("baseline", "first"), target=("target", "first"), type=("type", "first"),
-        n_episodes=("n_episodes", "sum"), n_pairs=("n_pairs", "sum"), perturbed_error=("perturbed_error", "sum"),
-        no_clean=("no_clean", "sum"), clean_error=("clean_error", "sum"), no_variant=("no_variant", "sum"),
-    ).reset_index()
+    grouped = p.groupby([*key, "family"], sort=True)
+    counts = ["n_episodes", "n_pairs", "perturbed_error", "no_clean", "clean_error", "no_variant"]
+    agg = pd.concat([grouped[["baseline", "target", "type"]].first(), grouped[counts].sum()], axis=1).reset_index()
     # variants missing: tasks with a scored clean episode x families the model ran in that run and suite
-    run = ["run_id", "model", "suite"]
-    have = set(map(tuple, agg[[*key, "family"]].to_numpy().tolist()))
-    fams = agg.groupby(run, sort=False).agg(families=("family", lambda s: sorted(set(s))),
-                                            baseline=("baseline", "first"))
-    parts = {f: (t, k) for f, t, k in agg[["family", "target", "type"]].itertuples(index=False, name=None)}
+    have = set(zip(*(agg[c].tolist() for c in (*key, "family"))))
+    fam_sets: dict[tuple[Any, ...], set[str]] = {}
+    base_of: dict[tuple[Any, ...], bool] = {}
+    parts: dict[str, tuple[str, str]] = {}
+    for run_id, model, suite, f, b, t, k in zip(*(agg[c].tolist() for c in ("run_id", "model", "suite", "family",
+                                                                             "baseline", "target", "type"))):
+        fam_sets.setdefault((run_id, model, suite), set()).add(f)
+        base_of.setdefault((run_id, model, suite), b)
+        parts[f] = (t, k)
+    fams = {r: sorted(v) for r, v in fam_sets.items()}
     gaps: list[dict[str, Any]] = []
     for (run_id, model, suite, task, repeat), good in c.items():
-        if not good or (run_id, model, suite) not in fams.index:
+        if not good or (run_id, model, suite) not in fams:
             continue
-        fr = fams.loc[(run_id, model, suite)]
-        for f in fr["families"]:
+        for f in fams[(run_id, model, suite)]:
             if (run_id, model, suite, task, repeat, f) not in have:
                 t, k = parts[f]
                 gaps.append({"run_id": run_id, "model": model, "suite": suite, "task": task, "repeat": repeat,
                              "family": f,
-                             "baseline": bool(fr["baseline"]), "target": t, "type": k, "n_episodes": 0,
-                             "n_pairs": 0, "perturbed_error": 0, "no_clean": 0, "clean_error": 0, "no_variant": 1})
+                             "baseline": bool(base_of[(run_id, model, suite)]), "target": t, "type": k,
+                             "n_episodes": 0, "n_pairs": 0, "perturbed_error": 0, "no_clean": 0, "clean_error": 0,
+                             "no_variant": 1})
     out = pd.concat([agg, pd.DataFrame(gaps, columns=cols)], ignore_index=True) if gaps else agg
     return out[cols]
 

@@ -31,14 +31,15 @@ def _list_suites(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
+    """The ``agentperturb`` parser with the sub-commands of ``modules`` (default: all of them)."""
     parser = argparse.ArgumentParser(
         prog="agentperturb", description="Robustness of LLM agents under perturbation.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sp = sub.add_parser("suites", help="print the folder of each built-in suite (also in an installed wheel).")
     sp.set_defaults(func=_list_suites)
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(name).add_commands(sub)
     return parser
 
@@ -46,7 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for usage and input errors)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from . import analysis
+
+    # report, analyze and export need none of the other commands' modules (suite loading, the simulator):
+    # their parser is built alone, so they start without importing them.
+    parser = build_parser(("pytest_agentperturb.cli.analysis",) if argv[:1] and argv[0] in analysis.COMMANDS
+                          else COMMAND_MODULES)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

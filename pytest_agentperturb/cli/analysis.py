@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentperturb")
 FORMATS = ("csv", "parquet")
+#: The sub-commands :func:`add_commands` registers (the command line builds only these for them: faster start).
+COMMANDS: tuple[str, ...] = ("report", "analyze", "export")
 
 
 def add_commands(sub: Any) -> None:
@@ -38,6 +41,10 @@ def add_commands(sub: Any) -> None:
                        description="Re-render the HTML report from a results store without running anything.")
     _store_args(p)
     p.add_argument("--out", default=DEFAULT_REPORT, metavar="PATH", help=f"HTML report (default: {DEFAULT_REPORT}).")
+    p.add_argument("--jobs", choices=("auto", "1", "2"), default="auto",
+                   help="processes: 2 writes the task pages in a second process while this one analyses, 1 does "
+                        "everything in this one, auto (default) takes 2 when a processor is idle (load average "
+                        "below the processors less one half). The report is the same either way.")
     p.add_argument("--baseline", default="", metavar="RUN",
                    help="compare with a baseline run on the same variants: RUN_ID, 'last' (the most recent other "
                         "run of the store) or path.sqlite[:RUN_ID]; same as --agentperturb-baseline.")
@@ -136,13 +143,18 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
 
 
 def _judge(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
-           extra: dict[str, Any] | None = None) -> tuple[Analysis | None, gate.Verdict, dict[str, Any]]:
-    """Analysis, gate verdict and the report's page options: the same steps as the plugin's session end."""
+           extra: dict[str, Any] | None = None, *, kw: dict[str, Any] | None = None,
+           labelled: pd.DataFrame | None = None) -> tuple[Analysis | None, gate.Verdict, dict[str, Any]]:
+    """Analysis, gate verdict and the report's page options: the same steps as the plugin's session end.
+
+    ``kw`` holds :func:`_inputs` (with ``extra``) when the caller has read them already; ``labelled``
+    the labelled table when it has labelled it already.
+    """
     from .. import report
 
     thresholds = gate.from_args(args)
-    kw = {**_inputs(args), **(extra or {})}
-    analysis = report.analyse(table, rows, **kw)
+    kw = {**_inputs(args), **(extra or {})} if kw is None else kw
+    analysis = report.analyse(table, rows, **kw, **({"labelled": labelled} if labelled is not None else {}))
     verdict = gate.evaluate(thresholds, analysis)
     return analysis, verdict, {"skipped": (), "has_capability": "capability" in kw, "n_rows": len(table)}
 
@@ -154,16 +166,53 @@ def _finish(verdict: gate.Verdict) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """``agentperturb report``: analysis and HTML from the store."""
-    from .. import report
+    """``agentperturb report``: analysis and HTML from the store.
 
-    rows = _store_rows(args.store, args.run_id)
-    table = report.episode_table(rows)
-    check_values(table, args.store)
-    analysis, verdict, page = _judge(table, rows, args, _baseline(args, rows))
-    report.write_report(args.out, analysis, verdict, **page)
+    The task pages are written by a second process (:class:`~..report.worker.PageWorker`,
+    started first so that its start-up overlaps reading the store) from the labelled
+    episodes, while this one runs the rest of the analysis; the main page is written
+    last.  Without a worker (``--jobs 1``, or none could be started) all of it runs here.
+    """
+    from .. import report
+    from ..analysis.labels import label
+
+    worker = report.PageWorker.start() if _jobs(args.jobs) > 1 else None
+    sent = done = False
+    try:
+        rows = _store_rows(args.store, args.run_id)
+        table = report.episode_table(rows)
+        check_values(table, args.store)
+        kw = {**_inputs(args), **_baseline(args, rows)}
+        labelled = label(table, kw.get("manual_labels")) if len(table) else None
+        if worker is not None and labelled is not None:
+            out = Path(args.out)
+            sent = worker.send(report.pages_folder(out), {c: labelled[c].tolist() for c in labelled.columns},
+                               main_name=out.name, baselines=frozenset(gate.baseline_models(labelled)))
+        analysis, verdict, page = _judge(table, rows, args, kw=kw, labelled=labelled)
+        if sent:
+            assert worker is not None
+            done = True
+            worker.wait()
+            report.write_main_page(args.out, analysis, verdict, **page)
+        else:
+            report.write_report(args.out, analysis, verdict, **page)
+    finally:
+        if worker is not None and not done:
+            worker.cancel()   # no job: it exits at once; a job under way: it is waited for
     log.info("report: %s (%d episodes; task pages in %s)", args.out, len(rows), report.pages_folder(args.out))
     return _finish(verdict)
+
+
+def _jobs(choice: str) -> int:
+    """Processes for ``--jobs``: 1 or 2 as asked; ``auto``: 2 when a processor is idle, else 1."""
+    if choice != "auto":
+        return int(choice)
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):   # no load average here (Windows): trust the processor count
+        load = 0.0
+    return 2 if cores >= 2 and load < cores - 0.5 else 1
 
 
 def check_values(table: pd.DataFrame, source: str) -> None:

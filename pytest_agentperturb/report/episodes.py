@@ -77,7 +77,7 @@ def marker(canaries: Sequence[str]) -> Callable[[str], str]:
     if len(needles) == 1:   # the usual case: no pattern to compile
         needle = needles[0]
         marked = f"<mark>{esc(needle)}</mark>"
-        return lambda text: marked.join(esc(part) for part in text.split(needle)) if needle in text else esc(text)
+        return lambda text: marked.join(escape_all(text.split(needle))) if needle in text else esc(text)
     pat = re.compile("|".join(re.escape(n) for n in needles))
 
     def mark(text: str) -> str:
@@ -96,33 +96,78 @@ def highlight(text: str, canaries: Sequence[str]) -> str:
     return marker(canaries)(text)
 
 
+_SEP, _SLOT = "\x00", "\x01"
+#: what json.dumps(x, ensure_ascii=False, sort_keys=True) does, without building an encoder per call
+_ARGS = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+
+
+def escape_all(texts: Sequence[str]) -> list[str]:
+    """:func:`~.svg.esc` of every text, escaped in one pass over their concatenation (the same strings).
+
+    Escaping goes character by character, so escaping the texts joined
+    gives each text's escaped form, with one call instead of one per text.
+    """
+    if len(texts) < 2:
+        return [esc(t) for t in texts]
+    joined = _SEP.join(texts)
+    if joined.count(_SEP) != len(texts) - 1:   # a text holds the separator itself: one at a time
+        return [esc(t) for t in texts]
+    return esc(joined).split(_SEP)
+
+
 def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
-    """A trajectory as an ordered list of calls, observations, replies and the grader's checks."""
-    mark = marker(canaries)
-    items = []
+    """A trajectory as an ordered list of calls, observations, replies and the grader's checks.
+
+    The markup is written with a slot for every text, and the texts (the
+    canaries marked in what the agent and the tools said) are escaped
+    together and put into their slots.
+    """
+    items: list[str] = []
+    texts: list[str] = []
+    plain: set[int] = set()   # texts never marked: the grader's checks, unknown roles
     for e in load_json_list(traj):
-        if not isinstance(e, Mapping):
+        if type(e) is not dict and not isinstance(e, Mapping):
             continue
         role = e.get("role")
         if role == "assistant" and "tool" in e:
             args = e.get("args")
-            a = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
-            items.append(f"<li class=call>→ <b>{mark(str(e['tool']))}</b>({mark(a)})</li>")
+            items.append("<li class=call>→ <b>\x01</b>(\x01)</li>")
+            texts += (str(e["tool"]), args if isinstance(args, str) else _ARGS.encode(args))
         elif role == "assistant":
-            cls = "final" if e.get("final") else "call"
-            items.append(f"<li class={cls}>{'final: ' if e.get('final') else ''}{mark(str(e.get('content', '')))}</li>")
+            items.append("<li class=final>final: \x01</li>" if e.get("final") else "<li class=call>\x01</li>")
+            texts.append(str(e.get("content", "")))
         elif role == "tool":
             c = str(e.get("content", ""))
-            imgs = "".join(image_html(p) for p in (e.get("parts") or []) if isinstance(p, Mapping))
-            items.append(f"<li class={'err' if c.startswith('ERROR') else 'obs'}>← {mark(c)}{imgs}</li>")
+            parts = e.get("parts")
+            imgs = "".join(image_html(p) for p in parts if isinstance(p, Mapping)) if parts else ""
+            items.append(f"<li class={'err' if c.startswith('ERROR') else 'obs'}>← \x01{imgs}</li>")
+            texts.append(c)
         elif role == "grader":
-            checks = e.get("checks") or []
-            items.append("<li class=obs>grader: " + "; ".join(
-                f"<span class={'pass' if ok else 'fail'}>{'✓' if ok else '✗'} {esc(c)}</span>"
-                for c, ok in checks) + "</li>")
+            checks = [(str(c), ok) for c, ok in e.get("checks") or []]
+            plain.update(range(len(texts), len(texts) + len(checks)))
+            items.append("<li class=obs>grader: " + "; ".join([
+                "<span class=pass>✓ \x01</span>" if ok else "<span class=fail>✗ \x01</span>" for _, ok in checks])
+                + "</li>")
+            texts += [c for c, _ in checks]
         else:
-            items.append(f"<li class=obs>{esc(role)}: {mark(str(e.get('content', '')))}</li>")
-    return f"<ol class=traj>{''.join(items)}</ol>" if items else "<p class=muted>no trajectory recorded</p>"
+            plain.add(len(texts))
+            items.append("<li class=obs>\x01: \x01</li>")
+            texts += (str(role), str(e.get("content", "")))
+    if not items:
+        return "<p class=muted>no trajectory recorded</p>"
+    escaped = escape_all(texts)
+    needles = [c for c in canaries if c]
+    if needles:
+        joined = _SEP.join(texts)
+        if any(n in joined for n in needles):   # else no text holds a canary: nothing to mark
+            mark = marker(needles)
+            for k, t in enumerate(texts):
+                if k not in plain and any(n in t for n in needles):
+                    escaped[k] = mark(t)
+    out = "".join(items).split(_SLOT)   # one piece more than there are texts
+    merged = [""] * (2 * len(out) - 1)
+    merged[0::2], merged[1::2] = out, escaped
+    return "<ol class=traj>" + "".join(merged) + "</ol>"
 
 
 def image_html(part: Mapping[str, Any]) -> str:
@@ -144,10 +189,11 @@ def diff_html(diff: str) -> str:
     if not diff:
         return "<p class=muted>diff not recorded</p>"
     lines = []
-    for line in diff.splitlines():
+    escaped = esc(diff).splitlines()   # escaping adds and removes no line break: one escaped line per line
+    for line, e in zip(diff.splitlines(), escaped):
         cls = "add" if line.startswith("+") and not line.startswith("+++") else \
             "del" if line.startswith("-") and not line.startswith("---") else "hunk" if line.startswith("@@") else ""
-        lines.append(f"<span class='{cls}'>{esc(line)}</span>" if cls else esc(line))
+        lines.append(f"<span class='{cls}'>{e}</span>" if cls else e)
     return "<pre>" + "\n".join(lines) + "</pre>"
 
 

@@ -20,6 +20,7 @@ anything else is left alone).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -178,18 +179,28 @@ def _fam_order(f: str) -> tuple[int, str]:
     return (_ORDER.get(f, len(_ORDER)), f)
 
 
+@functools.lru_cache(maxsize=4096)
+def _esc_str(s: str) -> str:
+    return esc(s)
+
+
+def _e(x: Any) -> str:
+    """:func:`~.svg.esc`, remembered: the same few family names, verdicts and rewards recur on every page."""
+    return _esc_str(x if type(x) is str else str(x))
+
+
 def _head(r: Mapping[str, Any], several: bool) -> str:
     word, cls = verdict(r)
     comp = "" if r.get("compliance") is None else (" · compliance" if r["compliance"] else " · bypass")
-    labels = " · ".join(esc(x) for x in (r.get("awareness"), r.get("behaviour")) if x)
+    labels = " · ".join(_e(x) for x in (r.get("awareness"), r.get("behaviour")) if x)
     heur = " (heuristic)" if "heuristic" in (r.get("awareness_source"), r.get("behaviour_source")) else ""
     rep = f" · run {r.get('run_id')} · repeat {_int(r.get('repeat'))}" if several else ""
     op = "" if r["family"] == CLEAN else f" · operator {r.get('operator', '')}"
-    return (f"<b>{esc(r['family'])}</b> · <span class={cls}>{esc(word)}</span>{esc(comp)}{esc(rep)}{esc(op)} · "
-            f"reward {esc(r.get('reward'))}{' · ' + labels + esc(heur) if labels else ''}")
+    return (f"<b>{_e(r['family'])}</b> · <span class={cls}>{_e(word)}</span>{_e(comp)}{_e(rep)}{_e(op)} · "
+            f"reward {_e(r.get('reward'))}{' · ' + labels + _e(heur) if labels else ''}")
 
 
-def _perturbed(r: Mapping[str, Any], clean: Mapping[str, Any] | None, several: bool) -> str:
+def _perturbed(r: Mapping[str, Any], clean: Mapping[str, Any] | None, several: bool, anchor: str) -> str:
     body = [f"<h4>{_head(r, several)}</h4>"]
     if r.get("error"):
         body.append(f"<p class=err>error (not an agent failure): {esc(r['error'])}</p>")
@@ -198,23 +209,26 @@ def _perturbed(r: Mapping[str, Any], clean: Mapping[str, Any] | None, several: b
         body.append(diff_html(str(r.get("diff") or "")))
         if cans:
             body.append("<p>canaries: " + ", ".join(
-                f"<mark>{esc(c.get('text', ''))}</mark> <span class=tag>{esc(c.get('kind', ''))}</span>"
+                f"<mark>{_e(c.get('text', ''))}</mark> <span class=tag>{_e(c.get('kind', ''))}</span>"
                 for c in cans) + "</p>")
         body.append(image_pairs_html(r, clean))
     texts = [str(c.get("text", "")) for c in cans if c.get("kind") != "omitted"]
     body.append(trajectory_html(r.get("trajectory"), texts))
-    return f"<section class=ep id='{episode_anchor(r)}'>{''.join(body)}</section>"
+    return f"<section class=ep id='{anchor}'>{''.join(body)}</section>"
 
 
-def _matrix(models: Sequence[tuple[str, list[Mapping[str, Any]]]]) -> str:
-    """Family x model grid of verdicts (one mark per run and repeat), each a link to its episode."""
+def _matrix(models: Sequence[tuple[str, list[Mapping[str, Any]]]], anchors: Mapping[int, str]) -> str:
+    """Family x model grid of verdicts (one mark per run and repeat), each a link to its episode.
+
+    ``anchors`` maps ``id(row)`` to the row's :func:`~.episodes.episode_anchor`.
+    """
     fams = sorted({str(r["family"]) for _, rs in models for r in rs}, key=_fam_order)
     cells: dict[tuple[str, int], list[str]] = defaultdict(list)
     for i, (_, rs) in enumerate(models):
         for r in sorted(rs, key=_key):
             word, cls = verdict(r)
             sym = {"pass": "✓", "fail": "✗", "error": "E"}[word]
-            cells[(str(r["family"]), i)].append(f"<a class={cls} href='#{episode_anchor(r)}' "
+            cells[(str(r["family"]), i)].append(f"<a class={cls} href='#{anchors[id(r)]}' "
                                                 f"title='{esc(word)}'>{sym}</a>")
     head = "<tr><th class=l>family</th>" + "".join(f"<th class=l>{label}</th>" for label, _ in models) + "</tr>"
     body = "".join(f"<tr><td class=l>{esc(f)}</td>" + "".join(f"<td>{' '.join(cells.get((f, i), []))}</td>"
@@ -231,13 +245,14 @@ def task_page(suite: str, task: str, rows: Sequence[Mapping[str, Any]], *, main_
         by_model[str(r["model"])].append(r)
     models = sorted(by_model, key=lambda m: (m in baselines, m))
     labels = {m: esc(m) + (" <span class='tag baseline'>baseline</span>" if m in baselines else "") for m in models}
+    anchors = {id(r): episode_anchor(r) for r in rows}
     main = "../../" + quote(main_name)
     out = [f"<p><a href='{esc(main)}'>← the report</a> · <a href='../{INDEX}'>all tasks</a></p>",
            f"<h1>{esc(task)} <span class=muted>· {esc(suite)}</span></h1>",
            f"<p class=muted>{len(rows)} episodes. Each perturbed episode shows the diff of the edited surface, its "
            "canaries (highlighted where they occur) and its trajectory; the clean episode of the same model, run "
            "and repeat stays in view beside them. Reference agents are <span class='tag baseline'>baseline</span>s."
-           "</p>", _matrix([(labels[m], by_model[m]) for m in models])]
+           "</p>", _matrix([(labels[m], by_model[m]) for m in models], anchors)]
     for i, m in enumerate(models):
         out.append(f"<h2 id='m{i}'>{labels[m]}</h2>")
         runs: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
@@ -250,13 +265,13 @@ def task_page(suite: str, task: str, rows: Sequence[Mapping[str, Any]], *, main_
             cleans = [r for r in rs if r["family"] == CLEAN]
             clean = cleans[0] if cleans else None
             if clean is not None:
-                left = (f"<div class=clean id='{episode_anchor(clean)}'><h4>{_head(clean, False)}</h4>"
+                left = (f"<div class=clean id='{anchors[id(clean)]}'><h4>{_head(clean, False)}</h4>"
                         + (f"<p class=err>error (not an agent failure): {esc(clean['error'])}</p>"
                            if clean.get("error") else "")
                         + trajectory_html(clean.get("trajectory")) + "</div>")
             else:
                 left = "<div class=clean><h4>clean</h4><p class=muted>no clean episode</p></div>"
-            right = "".join(_perturbed(r, clean, several) for r in rs if r is not clean)
+            right = "".join(_perturbed(r, clean, several, anchors[id(r)]) for r in rs if r is not clean)
             out.append(f"<div class=pair>{left}<div>{right or '<p class=muted>no perturbed episode</p>'}</div></div>")
     return _page(f"{task} · {suite} · agentperturb", "".join(out))
 

@@ -1,0 +1,156 @@
+"""The analysis' own numpy versions of scipy pieces give scipy's numbers exactly (not approximately).
+
+The report computes ranks, the signed-rank and McNemar p-values and the
+average-linkage order of the cross-family matrix without importing
+scipy.stats or scipy.cluster; these tests hold them to scipy's results
+value for value, ties and edge cases included, so a report's numbers do not
+depend on which path computed them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_agentperturb.analysis import labels
+from pytest_agentperturb.analysis.cluster import average_linkage, leaves
+from pytest_agentperturb.analysis.sensitivity import _estimate
+from pytest_agentperturb.analysis.stats import (
+    average_ranks,
+    binomial_two_sided,
+    mcnemar,
+    ranks,
+    signed_rank,
+    signed_rank_counts,
+)
+
+
+def _arrays(rng: np.random.Generator, k: int) -> list[np.ndarray]:
+    out = []
+    for i in range(k):
+        shape = tuple(int(v) for v in rng.integers(1, 7, size=rng.integers(1, 4)))
+        a = rng.integers(0, 4, size=shape).astype(float) if i % 3 else rng.normal(size=shape)
+        if i % 5 == 0:
+            a[rng.uniform(size=shape) < 0.2] = np.inf
+        out.append(a)
+    return out
+
+
+def test_average_ranks_equal_scipy_rankdata_on_every_axis() -> None:
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(11)
+    for a in _arrays(rng, 400):
+        for axis in range(a.ndim):
+            got, ref = average_ranks(a, axis=axis), rankdata(a, method="average", axis=axis)
+            assert got.shape == ref.shape and np.array_equal(got, ref), (a, axis)
+    assert average_ranks(np.array([])).shape == (0,)
+    assert average_ranks(np.zeros((3, 0)), axis=1).shape == (3, 0)
+
+
+def test_ranks_keep_nan_out_and_tie_rounded_values() -> None:
+    r = ranks([2 / 3 - 1 / 3, 1 - 2 / 3, float("nan"), 0.0])
+    assert r[0] == r[1] == 2.5 and r[3] == 1.0 and np.isnan(r[2])
+    big = np.round(np.random.default_rng(2).normal(size=(30, 40, 5)), 1)
+    from scipy.stats import rankdata
+
+    assert np.array_equal(ranks(big, axis=1), rankdata(np.round(big, 9), axis=1))
+
+
+def test_binomial_two_sided_is_scipy_binomtest_bit_for_bit() -> None:
+    from scipy.stats import binomtest
+
+    for n in range(1, 161):
+        for k in range(n + 1):
+            assert binomial_two_sided(k, n) == binomtest(k, n, 0.5).pvalue, (k, n)
+    t = mcnemar([True] * 9 + [False] * 4, [False] * 6 + [True] * 3 + [True] * 2 + [False] * 2)
+    assert (t.harmful, t.beneficial) == (6, 2)
+    assert t.p_value == binomtest(6, 8, 0.5).pvalue
+
+
+def test_signed_rank_is_scipy_wilcoxon_bit_for_bit() -> None:
+    from scipy.stats import wilcoxon
+
+    rng = np.random.default_rng(5)
+    exact = approx = 0
+    for i in range(300):
+        n = int(rng.integers(1, 70))
+        c = rng.normal(size=n) if i % 2 else rng.integers(0, 9, n).astype(float)
+        p = c + (rng.normal(size=n) if i % 3 else rng.integers(-3, 4, n))
+        got = signed_rank(c, p)
+        d = (p - c)[(p - c) != 0]
+        if not len(d):
+            assert got.p_value == 1.0
+            continue
+        ties = len(np.unique(np.abs(d))) < len(d)
+        method = "approx" if ties or len(d) >= 50 else "exact"
+        exact += method == "exact"
+        approx += method == "approx"
+        ref = wilcoxon(d, zero_method="wilcox", method=method, correction=False)
+        assert (got.statistic, got.p_value) == (float(ref.statistic), float(ref.pvalue)), (c, p, method)
+    assert exact > 20 and approx > 20
+
+
+def test_signed_rank_counts_are_the_subset_sums_of_1_to_n() -> None:
+    from itertools import combinations
+
+    for n in range(0, 9):
+        counts = np.zeros(n * (n + 1) // 2 + 1, dtype=np.int64)
+        for k in range(n + 1):
+            for c in combinations(range(1, n + 1), k):
+                counts[sum(c)] += 1
+        assert np.array_equal(signed_rank_counts(n), counts)
+    assert int(signed_rank_counts(49).sum()) == 2 ** 49
+
+
+def _condensed(d: np.ndarray) -> np.ndarray:
+    return d[np.triu_indices(len(d), 1)]
+
+
+def test_average_linkage_and_leaves_equal_scipy_ties_included() -> None:
+    from scipy.cluster.hierarchy import leaves_list, linkage
+
+    rng = np.random.default_rng(0)
+    for t in range(3000):
+        k = int(rng.integers(2, 14))
+        kind = t % 4
+        d = (rng.uniform(0, 2, (k, k)) if kind == 0 else rng.integers(0, 3, (k, k)) / 2 if kind == 1
+             else np.round(rng.uniform(0, 2, (k, k)), 1) if kind == 2 else np.where(rng.uniform(size=(k, k)) < .3, .5, 1.))
+        d = (d + d.T) / 2
+        np.fill_diagonal(d, 0.0)
+        ref = linkage(_condensed(d), method="average")
+        z = average_linkage(d)
+        assert np.array_equal(z, ref), d
+        assert leaves(z) == [int(i) for i in leaves_list(ref)]
+    assert average_linkage(np.zeros((1, 1))).shape == (0, 4)
+    with pytest.raises(ValueError, match="finite"):
+        average_linkage(np.array([[0.0, np.nan], [np.nan, 0.0]]))
+
+
+def test_the_dense_cross_family_estimate_equals_the_masked_one() -> None:
+    rng = np.random.default_rng(1)
+    for i in range(60):
+        b, m, t, f = (int(rng.integers(1, 12)), int(rng.integers(1, 4)), int(rng.integers(3, 40)),
+                      int(rng.integers(2, 13)))
+        if i % 2:
+            s = (rng.uniform(size=(b, m, t, f)) < 0.6).astype(float)
+            c = (rng.uniform(size=(b, m, t)) < 0.85).astype(float)
+        else:
+            s, c = np.round(rng.uniform(size=(b, m, t, f)), 2), np.round(rng.uniform(0.1, 1, size=(b, m, t)), 2)
+        assert np.array_equal(_estimate(s, c, dense=True), _estimate(s, c, dense=False), equal_nan=True)
+
+
+_WORDS = ("the", "this", "instructions", "Task description", "procedure", "policy", "tool descriptions", "tool list",
+          "Tool schema", "schemas", "documentation", "earlier conversation", "previous messages", "prior turns",
+          "context", "notes", "user's message", "USER REQUEST", "is", "are", "wrong", "outdated", "contradicts",
+          "errors", "in", "between", "and", "conflict", "has", "an", "error", "seems", "to be", "not", "gives",
+          "inconsistency", "user", "tool", "message", "do not match", "ſchema", "naïve", "ſ", "K")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=10), st.sampled_from([" ", "  ", "\n", "-"]))
+def test_the_channel_pre_check_never_changes_the_verdict(words: list[str], sep: str) -> None:
+    text = sep.join(words)
+    assert labels._channel(text) == (labels._CHANNEL.search(text) is not None)

@@ -1,0 +1,204 @@
+"""``agentperturb report`` at speed: the task pages' worker process, the one-pass escaping, the import diet.
+
+Whatever path writes the report (this process alone, or a second process
+for the task pages), the files are the same byte for byte; a worker that
+fails makes the command fail with its message; the command loads neither
+scipy.stats nor scipy.cluster nor the suite loader.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from synthetic_store import write_store
+
+from pytest_agentperturb.cli import main
+from pytest_agentperturb.report import PageWorker, episode_table, records
+from pytest_agentperturb.report.episodes import escape_all, image_html, load_json_list, trajectory_html
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _report(store: Path, out: Path, *extra: str) -> int:
+    return main(["report", "--store", str(store), "--out", str(out), "--replicates", "30", "--permutations", "40",
+                 *extra])
+
+
+def test_the_worker_writes_the_same_report_as_one_process(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    write_store(store, 12)
+    assert _report(store, tmp_path / "one" / "agentperturb.html", "--jobs", "1") == 0
+    assert _report(store, tmp_path / "two" / "agentperturb.html", "--jobs", "2") == 0
+    one, two = _files(tmp_path / "one"), _files(tmp_path / "two")
+    assert len(one) == 12 + 2 and one == two   # main page, index and one page per task
+
+
+def test_a_failing_worker_fails_the_command_with_its_message(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    store = tmp_path / "s.sqlite"
+    write_store(store, 2)
+    out = tmp_path / "r" / "agentperturb.html"
+    out.parent.mkdir()
+    (out.parent / "agentperturb-tasks").write_text("not a folder")
+    assert _report(store, out, "--jobs", "2") == 2
+    assert "page folder is a link or a file" in caplog.text
+    assert not out.exists()   # no main page whose links lead nowhere
+
+
+def test_an_error_before_the_job_ends_the_worker_and_writes_nothing(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    store = tmp_path / "s.sqlite"
+    write_store(store, 2)
+    out = tmp_path / "r" / "agentperturb.html"
+    assert _report(store, out, "--run-id", "nope") == 2
+    assert "no run 'nope'" in caplog.text
+    assert not out.parent.exists()
+
+
+def test_a_cancelled_worker_exits_without_writing(tmp_path: Path) -> None:
+    w = PageWorker.start()
+    assert w is not None
+    w.cancel()
+    assert w._proc.returncode == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_records_are_to_dict_records(tmp_path: Path) -> None:
+    from synthetic_store import rows
+
+    t = episode_table(rows(3))
+    a, b = t.to_dict("records"), records(t)
+    assert [[(k, type(v), repr(v)) for k, v in r.items()] for r in a] == \
+        [[(k, type(v), repr(v)) for k, v in r.items()] for r in b]
+
+
+# -- the trajectory in one escaping pass equals the trajectory escaped text by text --------------------------------
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _marker(canaries: Sequence[str]) -> Callable[[str], str]:
+    import re
+
+    needles = sorted({c for c in canaries if c}, key=len, reverse=True)
+    if not needles:
+        return _esc
+    pat = re.compile("|".join(re.escape(n) for n in needles))
+
+    def mark(text: str) -> str:
+        out, pos = [], 0
+        for m in pat.finditer(text):
+            out += [_esc(text[pos:m.start()]), f"<mark>{_esc(m.group(0))}</mark>"]
+            pos = m.end()
+        return "".join([*out, _esc(text[pos:])])
+
+    return mark
+
+
+def _reference(traj: Any, canaries: Sequence[str] = ()) -> str:
+    """Each text escaped (and marked) on its own: the rendering the one-pass version must equal."""
+    mark, esc = _marker(canaries), _esc
+    items = []
+    for e in load_json_list(traj):
+        if not isinstance(e, Mapping):
+            continue
+        role = e.get("role")
+        if role == "assistant" and "tool" in e:
+            args = e.get("args")
+            a = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
+            items.append(f"<li class=call>→ <b>{mark(str(e['tool']))}</b>({mark(a)})</li>")
+        elif role == "assistant":
+            cls = "final" if e.get("final") else "call"
+            items.append(f"<li class={cls}>{'final: ' if e.get('final') else ''}{mark(str(e.get('content', '')))}</li>")
+        elif role == "tool":
+            c = str(e.get("content", ""))
+            imgs = "".join(image_html(p) for p in (e.get("parts") or []) if isinstance(p, Mapping))
+            items.append(f"<li class={'err' if c.startswith('ERROR') else 'obs'}>← {mark(c)}{imgs}</li>")
+        elif role == "grader":
+            items.append("<li class=obs>grader: " + "; ".join(
+                f"<span class={'pass' if ok else 'fail'}>{'✓' if ok else '✗'} {esc(c)}</span>"
+                for c, ok in e.get("checks") or []) + "</li>")
+        else:
+            items.append(f"<li class=obs>{esc(role)}: {mark(str(e.get('content', '')))}</li>")
+    return f"<ol class=traj>{''.join(items)}</ol>" if items else "<p class=muted>no trajectory recorded</p>"
+
+
+_TEXT = st.text(alphabet=st.sampled_from(list("ab<>&\"' \x00\x01\n=xyz")), max_size=12)
+_ENTRY = st.one_of(
+    st.fixed_dictionaries({"role": st.just("assistant"), "tool": _TEXT,
+                           "args": st.one_of(_TEXT, st.dictionaries(_TEXT, _TEXT, max_size=3))}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": _TEXT, "final": st.booleans()}),
+    st.fixed_dictionaries({"role": st.just("tool"), "content": _TEXT}),
+    st.fixed_dictionaries({"role": st.just("grader"), "checks": st.lists(st.tuples(_TEXT, st.booleans()), max_size=3)}),
+    st.fixed_dictionaries({"role": _TEXT, "content": _TEXT}),
+    st.integers(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ENTRY, max_size=8), st.lists(_TEXT, max_size=3))
+def test_one_pass_escaping_equals_escaping_each_text(entries: list[Any], canaries: list[str]) -> None:
+    assert trajectory_html(entries, canaries) == _reference(entries, canaries)
+    assert trajectory_html(json.dumps(entries), canaries) == _reference(json.dumps(entries), canaries)
+
+
+def test_escape_all_keeps_texts_holding_the_separator_apart() -> None:
+    texts = ["a<b", "c\x00d", "", "&"]
+    assert escape_all(texts) == [html.escape(t, quote=True) for t in texts]
+
+
+def test_the_report_command_loads_no_scipy_stats_cluster_or_suite_loader(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    write_store(store, 3)
+    code = ("import sys\nfrom pytest_agentperturb.cli import main\n"
+            f"rc = main(['report', '--store', {str(store)!r}, '--out', {str(tmp_path / 'r' / 'a.html')!r}, "
+            "'--replicates', '20', '--permutations', '20'])\n"
+            "heavy = [m for m in ('scipy.stats', 'scipy.cluster', 'scipy.spatial', "
+            "'pytest_agentperturb.formats.native', 'pytest_agentperturb.run.episode', 'asyncio') if m in sys.modules]\n"
+            "print(rc, heavy)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.stdout.strip() == "0 []", res.stderr
+
+
+def test_auto_jobs_take_a_second_process_only_when_a_processor_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pytest_agentperturb.cli.analysis import _jobs
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.7, 1.0, 1.0))
+    assert (_jobs("auto"), _jobs("1"), _jobs("2")) == (2, 1, 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.9, 1.0, 1.0))
+    assert _jobs("auto") == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert _jobs("auto") == 1
+
+
+def test_an_empty_store_still_gives_a_main_page(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from contextlib import closing
+
+    from pytest_agentperturb.analysis import normalise
+    from pytest_agentperturb.run.store import Store
+
+    with closing(Store(tmp_path / "empty.sqlite")):
+        pass
+    out = tmp_path / "r" / "agentperturb.html"
+    assert _report(tmp_path / "empty.sqlite", out) == 0
+    assert "No episodes." in out.read_text(encoding="utf-8")
+    t = normalise(episode_table([]))
+    assert len(t) == 0 and t["error"].dtype == object and t["trajectory"].dtype == object
