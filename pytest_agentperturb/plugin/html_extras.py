@@ -1,6 +1,6 @@
 """pytest-html integration: each perturbation item's extras carry its diff, verdicts and a report link.
 
-Registered by the session only when the pytest-html plugin is active; the
+Registered by the session only when the pytest-html plugin is active and writes a report (``--html``); the
 ``pytest_html`` module is imported here, never elsewhere.  pytest-html
 inserts its table cells into the page with ``innerHTML`` and puts the node
 id into its cell unescaped, so :meth:`HtmlExtras.pytest_html_results_table_row`

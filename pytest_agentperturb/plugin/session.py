@@ -109,7 +109,7 @@ class AgentPerturbSession:
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
-        if config.pluginmanager.hasplugin("html"):
+        if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):  # only with --html
             from .html_extras import HtmlExtras
 
             config.pluginmanager.register(HtmlExtras(settings.report), "agentperturb-html-extras")
@@ -382,9 +382,14 @@ class AgentPerturbSession:
         return self._episode(item, v)
 
     def batcher(self) -> Batcher:
+        """The episode loop; before it starts, each agent's optional ``prepare()`` runs here, in this thread."""
         if self._batcher is None:
             from ..run.batcher import Batcher
 
+            for agent in self._agents.values():  # e.g. litellm's import: seconds that would stall the loop
+                prepare = getattr(agent, "prepare", None)
+                if callable(prepare):
+                    prepare()
             self._batcher = Batcher(self.llm.concurrency)
         return self._batcher
 
