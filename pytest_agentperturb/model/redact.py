@@ -37,8 +37,8 @@ def secrets() -> dict[str, str]:
     found: dict[str, str] = {}
     # safe on the episode thread while pytest sets PYTEST_CURRENT_TEST: a snapshot of the names, then get()
     for name in list(os.environ):
-        value = os.environ.get(name, "")
-        if len(value) >= MIN_LENGTH and _SECRET_NAME.search(name):
+        value = os.environ.get(name, "") if _SECRET_NAME.search(name) else ""
+        if len(value) >= MIN_LENGTH:
             found.setdefault(value, f"<{name}>")
     litellm = sys.modules.get("litellm")
     if litellm is not None:

@@ -382,14 +382,12 @@ class AgentPerturbSession:
         return self._episode(item, v)
 
     def batcher(self) -> Batcher:
-        """The episode loop; before it starts, each agent's optional ``prepare()`` runs here, in this thread."""
+        """The episode loop, started after the one-time set-up of the agents (here, in pytest's thread)."""
         if self._batcher is None:
+            from ..agents import prepare
             from ..run.batcher import Batcher
 
-            for agent in self._agents.values():  # e.g. litellm's import: seconds that would stall the loop
-                prepare = getattr(agent, "prepare", None)
-                if callable(prepare):
-                    prepare()
+            prepare(self._agents.values(), self.llm)  # e.g. litellm's import: seconds that would stall the loop
             self._batcher = Batcher(self.llm.concurrency)
         return self._batcher
 
