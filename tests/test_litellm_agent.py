@@ -244,6 +244,30 @@ print("RC", rc, "SEEN", seen)
     assert "SEEN [('MainThread', ['MainThread'])]" in out.stdout, text  # first import: main thread, no loop yet
 
 
+def test_prepare_runs_each_agents_set_up_and_imports_litellm_for_a_user_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the session calls before the episode loop starts: agents' ``prepare()``; litellm for a user model."""
+    from pytest_agentperturb.agents import prepare
+    from pytest_agentperturb.agents import litellm_agent
+    from pytest_agentperturb.model.options import LLMSettings
+
+    imports: list[str] = []
+    monkeypatch.setattr(litellm_agent, "import_litellm", lambda: imports.append("litellm") or object())
+
+    class Own:
+        name, baseline, ready = "own", False, 0
+
+        def prepare(self) -> None:
+            self.ready += 1
+
+    own, llm = Own(), litellm_agent.LiteLLMAgent("openai/fake")
+    prepare([own, llm, object()], LLMSettings())
+    assert own.ready == 1 and imports == ["litellm"] and llm._litellm is not None  # the agent keeps the module
+    prepare([], LLMSettings(user_model="openai/user"))
+    assert imports == ["litellm", "litellm"]
+    prepare([], LLMSettings())
+    assert imports == ["litellm", "litellm"]  # no model anywhere: nothing imported
+
+
 def test_json_of_requests_is_serialisable_by_the_server_fixture() -> None:
     """The fake server itself answers 404 off-route and records only chat requests."""
     import urllib.request
