@@ -9,11 +9,19 @@ subprocess, and prints:
   end to end (the whole pytest process, start-up and collection included)
   and over the episode phase (the session's own "wall time");
 * the harness's own CPU seconds per episode (user + sys of the pytest
-  process; the server runs elsewhere).
+  process; the server runs elsewhere);
+* the ceiling: litellm on its own (``bench/litellm_alone.py``: the same
+  calls straight through ``litellm.acompletion``, as many in flight, no
+  pytest, no episodes) as a share of the same ideal, so what the harness
+  loses can be told from what litellm's own per-call work costs.
+
+The pytest run takes this repository's pytest settings for third-party
+plugins (no hypothesis or anyio plugin), as the README's main job does.  The
+last line is the end-to-end share of the ideal, ``efficiency: <ratio>``.
 
 Usage::
 
-    python bench/concurrency.py [--concurrency 32] [--latency 2.0] [--steps 4] [--models 3] [-n 0]
+    python bench/concurrency.py [--concurrency 32] [--latency 2.0] [--steps 4] [--models 3] [-n 0] [--ceiling 1600]
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4, help="model calls per episode (k)")
     ap.add_argument("--models", type=int, default=3, help="fake models (each x 117 items)")
     ap.add_argument("-n", "--workers", type=int, default=0, help="xdist workers (0: no xdist)")
+    ap.add_argument("--ceiling", type=int, default=1600, help="calls of the litellm-alone run (0: skip it)")
     a = ap.parse_args()
 
     server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", str(a.latency),
@@ -50,7 +59,7 @@ def main() -> int:
             shutil.copytree(ROOT / "suites" / "workflows", Path(tmp) / "suites" / "workflows")
             models = [arg for i in range(a.models) for arg in ("--agentperturb-model", f"openai/fake-{i}")]
             cmd = [sys.executable, "-m", "pytest", "--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider",
-                   *models, "--agentperturb-api-base", f"http://127.0.0.1:{port}/v1",
+                   "-p", "no:hypothesispytest", "-p", "no:anyio", *models, "--agentperturb-api-base", f"http://127.0.0.1:{port}/v1",
                    "--agentperturb-concurrency", str(a.concurrency), "--agentperturb-store", "bench.sqlite",
                    "--agentperturb-report", "bench.html"]
             if a.workers:
@@ -61,6 +70,7 @@ def main() -> int:
             out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
             wall = time.perf_counter() - t0
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        ceiling = _alone(f"http://127.0.0.1:{port}/v1", a.ceiling, a.concurrency) if a.ceiling else None
         if out.returncode not in (0, 1):
             print(out.stdout[-3000:], out.stderr[-3000:], file=sys.stderr)
             return 1
@@ -80,10 +90,25 @@ def main() -> int:
             print(f"session (pytest_configure to summary): {phase:.1f} s, {episodes / phase:.2f} episodes/s = "
                   f"{episodes / phase / ideal:.2f} of ideal")
         print(f"harness CPU: {cpu:.1f} s = {cpu / max(episodes, 1) * 1000:.1f} ms per episode")
+        if ceiling is not None:
+            per_process = a.concurrency / a.latency
+            print(f"litellm alone ({a.ceiling} calls, {a.concurrency} in flight, no harness): {ceiling:.1f} calls/s = "
+                  f"{ceiling / per_process:.2f} of the ideal {per_process:.1f} calls/s")
+        print(f"efficiency: {episodes / wall / ideal:.2f}")
         return 0
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def _alone(base: str, calls: int, concurrency: int) -> float:
+    """Calls per second of litellm on its own (``bench/litellm_alone.py``, a fresh process)."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "litellm_alone.py"), base, "--calls", str(calls),
+                          "--concurrency", str(concurrency)], capture_output=True, text=True, timeout=1800)
+    m = re.search(r"calls_per_s: ([\d.]+)", out.stdout)
+    if not m:
+        raise SystemExit(f"bench/litellm_alone.py failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return float(m.group(1))
 
 
 def _episode_phase(stdout: str, wall: float) -> float | None:

@@ -25,6 +25,11 @@ import scipy.stats  # noqa: F401
 import pytest_agentperturb.formats  # noqa: F401
 import pytest_agentperturb.imaging  # noqa: F401
 
+# hypothesis's pytest plugin serves these tests only: the project's pytest settings keep its entry point
+# from loading (it imports hypothesis at the end of every session, `pytest --agentperturb` runs included)
+# and it is loaded here instead, before any test module imports hypothesis, as the entry point would be.
+pytest_plugins = ["_hypothesis_pytestplugin"]
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "suites" / "workflows"
 

@@ -205,6 +205,9 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, like a real provider
+            # headers and body go out in separate writes: with Nagle's algorithm the body would wait for
+            # the client's delayed ACK of the headers (~40 ms on Linux), a latency no real provider adds
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:  # noqa: N802 (http.server API)
                 t0 = time.perf_counter()
@@ -220,8 +223,8 @@ class FakeOpenAI:
                         outer.requests.append(body)
                         outer.auth.append(self.headers.get("Authorization", ""))
                     reply = outer.policy(body)
-                if reply.delay:
-                    time.sleep(reply.delay)
+                if reply.delay:  # the reply is due `delay` seconds after the request came in, work included
+                    time.sleep(max(0.0, reply.delay - (time.perf_counter() - t0)))
                 data = json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)

@@ -181,8 +181,14 @@ def test_protocol_options_from_the_ini_file_and_bad_values(pytester: pytest.Pyte
     bad.stderr.fnmatch_lines(["*--agentperturb-concurrency: concurrency must be an integer, got 'zero'*"])
 
 
-def test_importing_litellm_does_not_reach_the_network(tmp_path: Path) -> None:
-    """The plugin sets LITELLM_LOCAL_MODEL_COST_MAP before the (lazy) import; no socket is opened."""
+def test_a_reference_run_imports_neither_litellm_nor_hypothesis_and_litellm_not_the_network(tmp_path: Path) -> None:
+    """The README's main job, from the repository (its pytest settings apply), in a fresh process.
+
+    A reference-only run imports neither litellm nor hypothesis (whose pytest
+    plugin would import it at the end of the session; the project's addopts
+    turn that plugin off).  Importing litellm afterwards opens no socket: the
+    plugin sets LITELLM_LOCAL_MODEL_COST_MAP before the (lazy) import.
+    """
     code = """
 import os, socket, sys
 calls = []
@@ -192,20 +198,74 @@ def spy(self, addr):
     raise OSError("network disabled in this test")
 socket.socket.connect = spy
 import pytest
-rc = pytest.main(["--agentperturb", sys.argv[1], "-q", "-p", "no:cacheprovider", "-k", "forward and clean",
-                  "--agentperturb-store", "s.sqlite", "--agentperturb-report", "r.html"])
+rc = pytest.main(["--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider", "-k", "forward-invoice and clean",
+                  "--agentperturb-model", "reference/literal", "--agentperturb-model", "reference/careful",
+                  "--agentperturb-store", sys.argv[1] + "/s.sqlite", "--agentperturb-report", sys.argv[1] + "/r.html"])
 assert rc == 0, rc
-assert "litellm" not in sys.modules, "reference-only runs must not import litellm"
+loaded = sorted(m for m in ("litellm", "hypothesis") if m in sys.modules)
+print("LOADED", loaded)
 from pytest_agentperturb.agents.litellm_agent import import_litellm
 import_litellm()
 print("COSTMAP", os.environ["LITELLM_LOCAL_MODEL_COST_MAP"], "CONNECTS", len(calls))
 """
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    shutil.copytree(ROOT / "suites" / "workflows", tmp_path / "suites" / "workflows")
-    out = subprocess.run([sys.executable, "-c", code, "suites/workflows"], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert "LOADED []" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
     assert "COSTMAP True CONNECTS 0" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_litellm_is_imported_in_the_main_thread_before_the_episode_loop_starts(tmp_path: Path) -> None:
+    """The seconds of litellm's import never stall the episodes that share the loop."""
+    code = """
+import sys, threading
+seen = []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "litellm" and not seen:
+            seen.append((threading.current_thread().name, sorted(t.name for t in threading.enumerate())))
+        return None
+sys.meta_path.insert(0, Spy())
+import pytest
+rc = pytest.main(["--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider", "-k", "forward-invoice",
+                  "--agentperturb-model", "openai/fake", "--agentperturb-api-base", sys.argv[1],
+                  "--agentperturb-store", "s.sqlite", "--agentperturb-report", "r.html"])
+print("RC", rc, "SEEN", seen)
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    shutil.copytree(ROOT / "suites" / "workflows", tmp_path / "suites" / "workflows")
+    with FakeOpenAI(StepsPolicy(steps=2, latency=0.0)) as srv:
+        out = subprocess.run([sys.executable, "-c", code, srv.base], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=300)
+        requests = len(srv.requests)
+    text = out.stdout[-3000:] + out.stderr[-2000:]
+    assert "errors: 0 " in out.stdout and requests >= 2 * 10, text  # the episodes really ran, against the server
+    assert "SEEN [('MainThread', ['MainThread'])]" in out.stdout, text  # first import: main thread, no loop yet
+
+
+def test_prepare_runs_each_agents_set_up_and_imports_litellm_for_a_user_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the session calls before the episode loop starts: agents' ``prepare()``; litellm for a user model."""
+    from pytest_agentperturb.agents import prepare
+    from pytest_agentperturb.agents import litellm_agent
+    from pytest_agentperturb.model.options import LLMSettings
+
+    imports: list[str] = []
+    monkeypatch.setattr(litellm_agent, "import_litellm", lambda: imports.append("litellm") or object())
+
+    class Own:
+        name, baseline, ready = "own", False, 0
+
+        def prepare(self) -> None:
+            self.ready += 1
+
+    own, llm = Own(), litellm_agent.LiteLLMAgent("openai/fake")
+    prepare([own, llm, object()], LLMSettings())
+    assert own.ready == 1 and imports == ["litellm"] and llm._litellm is not None  # the agent keeps the module
+    prepare([], LLMSettings(user_model="openai/user"))
+    assert imports == ["litellm", "litellm"]
+    prepare([], LLMSettings())
+    assert imports == ["litellm", "litellm"]  # no model anywhere: nothing imported
 
 
 def test_json_of_requests_is_serialisable_by_the_server_fixture() -> None:

@@ -38,3 +38,32 @@ def test_a_planted_key_appears_in_no_output(pytester: pytest.Pytester, monkeypat
         assert b"SECRET123" not in data, f"the API key leaked into {name}"
     # the key was really used: it travels in the request header, never in a body
     assert srv.auth[0] == f"Bearer {SECRET}" and all("SECRET123" not in str(r) for r in sent)
+
+
+def test_redaction_finds_secrets_that_json_escapes_and_leaves_clean_data_alone() -> None:
+    """The JSON pre-check never misses a secret: quotes, backslashes, non-ASCII, keys, tuples, objects."""
+    from pytest_agentperturb.model.redact import redact_data
+
+    known = {'sk-"quo\\ted-Ünï': "<A>", "plain-secret-99": "<B>"}
+    data = [{"content": 'x sk-"quo\\ted-Ünï y'}, {"plain-secret-99": 1, "n": [("t", "plain-secret-99")]},
+            {"ok": "clean", "num": 3.5}]
+    assert redact_data(data, known) == [{"content": "x <A> y"}, {"<B>": 1, "n": [["t", "<B>"]]},
+                                        {"ok": "clean", "num": 3.5}]
+    odd = object()  # not JSON: the full walk runs and still redacts the strings around it
+    assert redact_data([odd, "plain-secret-99"], known) == [odd, "<B>"]
+    clean = [{"content": "no key here", "args": {"q": 'sk-"quo'}}]
+    assert redact_data(clean, known) is clean  # nothing to replace: no copy
+
+
+def test_secrets_are_read_afresh_after_litellm_settings_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only litellm's attribute *names* are kept between calls; a key set or added later is found."""
+    import litellm
+
+    from pytest_agentperturb.model.redact import secrets
+
+    monkeypatch.setattr(litellm, "api_key", None, raising=False)
+    assert "sk-late-key-12345" not in secrets()
+    monkeypatch.setattr(litellm, "api_key", "sk-late-key-12345")
+    assert secrets()["sk-late-key-12345"] == "<litellm.api_key>"
+    monkeypatch.setattr(litellm, "brandnew_key", "sk-brand-new-key-678", raising=False)
+    assert secrets()["sk-brand-new-key-678"] == "<litellm.brandnew_key>"

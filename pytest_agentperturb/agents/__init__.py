@@ -10,7 +10,7 @@ runners through the ``pytest_agentperturb_make_agent`` hook.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..model.errors import OptionError
@@ -41,5 +41,20 @@ def make_agent(spec: str, settings: LLMSettings | None = None) -> Any:
     return LiteLLMAgent(spec, settings)
 
 
+def prepare(agents: Iterable[Any], settings: LLMSettings) -> None:
+    """One-time set-up before the first episode, in the caller's thread (the session calls it in pytest's
+    main thread, before it starts the episode loop): each agent's optional ``prepare()``, and litellm's
+    import when a model plays the user (``--agentperturb-user-model``).  Seconds of imports here never
+    stall the episodes that share the loop."""
+    for agent in agents:
+        ready = getattr(agent, "prepare", None)
+        if callable(ready):
+            ready()
+    if settings.user_model:
+        from .litellm_agent import import_litellm
+
+        import_litellm()
+
+
 __all__ = ["REFERENCE_AGENTS", "CarefulAgent", "LiteralAgent", "NoisyAgent", "OracleAgent", "PythonAgent", "as_agent",
-           "load_agent", "load_object", "make_agent"]
+           "load_agent", "load_object", "make_agent", "prepare"]

@@ -12,7 +12,9 @@ Calls follow the protocol of docs/design.md section 3 (:class:`~..model.options.
 rate-limit and timeout errors are retried with exponential backoff, every
 other provider error is raised at once as a typed :class:`ProviderError`
 whose message says what to fix.  litellm is imported on first use only, with
-the local price map, so importing it never reaches the network.
+the local price map, so importing it never reaches the network; the session
+calls :meth:`LiteLLMAgent.prepare` in pytest's main thread before the first
+episode, so the import (seconds) never stalls the episodes sharing the loop.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import math
 import os
 import re
+import sys
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -64,6 +67,9 @@ def import_litellm() -> Any:
     ``LITELLM_LOCAL_MODEL_COST_MAP`` is set (and retries with sleeps when
     offline); the user's own setting is respected.
     """
+    ready = sys.modules.get("litellm")
+    if ready is not None and getattr(ready, "_agentperturb_warm", False):
+        return ready
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import litellm
@@ -219,8 +225,9 @@ async def with_deadline(call: Awaitable[T], model: str, settings: LLMSettings) -
     deadline for the whole reply.
     """
     try:
-        return await asyncio.wait_for(call, timeout=settings.request_timeout)
-    except (asyncio.TimeoutError, TimeoutError):
+        async with asyncio.timeout(settings.request_timeout):  # no extra task per call, unlike wait_for
+            return await call
+    except TimeoutError:
         raise RequestTimeout(f"{model}: no reply within the request timeout ({settings.request_timeout:g} s "
                              "for the whole reply)") from None
 
@@ -329,6 +336,13 @@ class LiteLLMAgent:
         self.settings = settings or LLMSettings()
         self._limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = \
             weakref.WeakKeyDictionary()
+        self._kwargs = call_kwargs(model, self.settings)
+        self._litellm: Any = None
+
+    def prepare(self) -> None:
+        """Import litellm now (seconds, once per process): the session calls this in pytest's main
+        thread before the first episode, so the import never blocks the episode loop."""
+        self._litellm = import_litellm()
 
     def _limit(self) -> asyncio.Semaphore:
         """Per-model connection limit, one semaphore per event loop."""
@@ -344,13 +358,12 @@ class LiteLLMAgent:
         ``seed`` (the episode seed) goes to providers that accept one;
         ``drop_params`` leaves it out for those that do not.
         """
-        litellm = import_litellm()
-        kw = call_kwargs(self.name, self.settings)
-        if seed is not None:
-            kw["seed"] = seed
+        litellm = self._litellm or import_litellm()  # prepared by the session; else imported here, once
+        kw = self._kwargs if seed is None else {**self._kwargs, "seed": seed}
+        limit = self._limit()
 
         async def once() -> Any:
-            async with self._limit():
+            async with limit:
                 return await with_deadline(litellm.acompletion(messages=messages, tools=tools, **kw),
                                            self.name, self.settings)
 
@@ -397,8 +410,6 @@ class LiteLLMAgent:
 async def close_clients() -> None:
     """Close litellm's cached HTTP clients (end of session): async ones on the running loop, and the
     synchronous ones that a blocking user-simulator call may have opened."""
-    import sys
-
     litellm = sys.modules.get("litellm")
     cache = getattr(litellm, "in_memory_llm_clients_cache", None)
     for client in list(getattr(cache, "cache_dict", {}).values()):

@@ -274,6 +274,9 @@ class Agent(Protocol):
     ``baseline`` marks offline reference agents: reports and the gate keep
     them apart from real models.  Plain functions and synchronous objects
     are wrapped into this shape by :func:`pytest_agentperturb.agents.as_agent`.
+    An agent may also have ``prepare()``, one-time set-up (heavy imports,
+    clients) that the session calls once per process in pytest's main
+    thread before the first episode, so it never stalls the episode loop.
     """
 
     name: str

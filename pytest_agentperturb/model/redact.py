@@ -11,6 +11,7 @@ cannot put it into the store or a report.  litellm is never imported here.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -20,19 +21,32 @@ from typing import Any
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 _LITELLM_KEY = re.compile(r"[a-z0-9_]*_key|key|token")
 MIN_LENGTH = 8
+#: litellm's key-like attribute names, sorted, for the size of its namespace they were read from
+_litellm_names: tuple[int, list[str]] = (-1, [])
 
 
 def secrets() -> dict[str, str]:
-    """Every configured secret value -> the name it is replaced by (``<OPENAI_API_KEY>``), longest first."""
+    """Every configured secret value -> the name it is replaced by (``<OPENAI_API_KEY>``), longest first.
+
+    Read afresh on every call (a key may be set at any time); only the list
+    of litellm's key-like attribute names is kept, until litellm's namespace
+    changes size (thousands of names: scanning them per episode costs more
+    than the episode's own bookkeeping).
+    """
+    global _litellm_names
     found: dict[str, str] = {}
     for name, value in _environment():
         if len(value) >= MIN_LENGTH and _SECRET_NAME.search(name):
             found.setdefault(value, f"<{name}>")
     litellm = sys.modules.get("litellm")
-    settings = sorted(vars(litellm).items()) if litellm is not None else []  # no lazy attribute is loaded
-    for attr, setting in settings:
-        if isinstance(setting, str) and len(setting) >= MIN_LENGTH and _LITELLM_KEY.fullmatch(attr):
-            found.setdefault(setting, f"<litellm.{attr}>")
+    if litellm is not None:
+        names = vars(litellm)  # no lazy attribute is loaded
+        if _litellm_names[0] != len(names):
+            _litellm_names = (len(names), sorted(a for a in list(names) if _LITELLM_KEY.fullmatch(a)))
+        for attr in _litellm_names[1]:
+            setting = names.get(attr)
+            if isinstance(setting, str) and len(setting) >= MIN_LENGTH:
+                found.setdefault(setting, f"<litellm.{attr}>")
     return dict(sorted(found.items(), key=lambda kv: -len(kv[0])))
 
 
@@ -63,12 +77,30 @@ def redact_text(text: str, known: Mapping[str, str] | None = None) -> str:
 def redact_data(data: Any, known: Mapping[str, str] | None = None) -> Any:
     """A copy of JSON-like ``data`` (a trajectory) with every secret removed from its strings and keys."""
     known = secrets() if known is None else known
-    if not known:
+    if not known or not _mentions(data, known):
         return data
+    return _redact(data, known)
+
+
+def _mentions(data: Any, known: Mapping[str, str]) -> bool:
+    """Whether some secret may occur in a string of ``data`` (no false negatives).
+
+    JSON escapes a string character by character, so a secret inside a
+    string is inside that string's JSON form as the secret's own JSON form:
+    one C-speed ``json.dumps`` spares the walk through a clean trajectory.
+    """
+    try:
+        text = json.dumps(data, ensure_ascii=False)
+    except (TypeError, ValueError):  # not JSON (objects, tuple keys, cycles): walk
+        return True
+    return any(json.dumps(value, ensure_ascii=False)[1:-1] in text for value in known)
+
+
+def _redact(data: Any, known: Mapping[str, str]) -> Any:
     if isinstance(data, str):
         return redact_text(data, known)
     if isinstance(data, Mapping):
-        return {redact_text(k, known) if isinstance(k, str) else k: redact_data(v, known) for k, v in data.items()}
+        return {redact_text(k, known) if isinstance(k, str) else k: _redact(v, known) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [redact_data(x, known) for x in data]
+        return [_redact(x, known) for x in data]
     return data

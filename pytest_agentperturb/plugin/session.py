@@ -368,9 +368,12 @@ class AgentPerturbSession:
         return self._episode(item, variant)
 
     def batcher(self) -> Batcher:
+        """The episode loop, started after the one-time set-up of the agents (here, in pytest's thread)."""
         if self._batcher is None:
+            from ..agents import prepare
             from ..run.batcher import Batcher
 
+            prepare(self._agents.values(), self.llm)  # e.g. litellm's import: seconds that would stall the loop
             self._batcher = Batcher(self.llm.concurrency)
         return self._batcher
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import logging
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -124,12 +125,13 @@ class Batcher:
         for f in self._futures.values():
             f.cancel()
         self._futures.clear()
-        from ..agents.litellm_agent import close_clients
+        if "litellm" in sys.modules:  # its cached API clients (a run without litellm has none)
+            from ..agents.litellm_agent import close_clients
 
-        try:
-            asyncio.run_coroutine_threadsafe(close_clients(), self._loop).result(timeout=10)
-        except Exception:  # pragma: no cover - best effort at shutdown
-            log.debug("closing API clients failed", exc_info=True)
+            try:
+                asyncio.run_coroutine_threadsafe(close_clients(), self._loop).result(timeout=10)
+            except Exception:  # pragma: no cover - best effort at shutdown
+                log.debug("closing API clients failed", exc_info=True)
         loop = self._loop
 
         async def _drain() -> None:

@@ -319,9 +319,9 @@ class Generator:
         prompt = render(stage, values, self.prompts)
         kw = call_kwargs(self.model, self.settings)
         self.calls += 1
+        litellm = import_litellm()  # here, in the caller's thread: never a first import on the episode loop
 
         async def once() -> Any:
-            litellm = import_litellm()
             return await with_deadline(litellm.acompletion(messages=[{"role": "user", "content": prompt}],
                                                            seed=int(values["seed"]), **kw), self.model, self.settings)
 

@@ -47,6 +47,7 @@ read the same way in the context of the whole, so "What date and what time
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 
 from ..model.task import Fact, Task
@@ -71,6 +72,25 @@ def value_pattern(value: str) -> re.Pattern[str]:
 def states(value: str, text: str) -> bool:
     """Whether ``text`` states ``value`` (see :func:`value_pattern`)."""
     return bool(value.strip()) and value_pattern(value).search(text) is not None
+
+
+_MATCHERS: dict[int, tuple[weakref.ref[Task], Matcher]] = {}
+
+
+def matcher_of(task: Task) -> Matcher:
+    """The :class:`Matcher` of ``task``, built once per task object and shared by its episodes.
+
+    A matcher reads only the clean task and is never changed once built;
+    building one costs milliseconds, more than the rest of an episode's
+    bookkeeping, so no episode builds its own.
+    """
+    hit = _MATCHERS.get(id(task))
+    if hit is not None and hit[0]() is task:
+        return hit[1]
+    matcher = Matcher(task)
+    _MATCHERS[id(task)] = (weakref.ref(task), matcher)
+    weakref.finalize(task, _MATCHERS.pop, id(task), None)
+    return matcher
 
 
 class Matcher:

@@ -23,7 +23,7 @@ from ..model.context import NEUTRAL_REPLY
 from ..model.protocols import UserReply
 from ..model.records import Canary, Variant
 from ..model.task import Fact, Task
-from .matching import Matcher, states, value_pattern
+from .matching import Matcher, matcher_of, states, value_pattern
 
 
 class LeakGuard:
@@ -94,9 +94,14 @@ class UserSimulator:
     name = "keyword"
 
     def __init__(self, task: Task, recovery: Sequence[str], canaries: Iterable[Canary] = ()) -> None:
-        self.matcher = Matcher(task)
+        self.task = task
         self._recovery = set(recovery)
         self.guard = LeakGuard(task, recovery, canaries)
+
+    @property
+    def matcher(self) -> Matcher:
+        """The task's matcher: built at the first question (most episodes ask none), once per task."""
+        return matcher_of(self.task)
 
     def asked(self, question: str) -> list[Fact]:
         """The facts ``question`` clearly asks for (of the whole task, recovery or not)."""

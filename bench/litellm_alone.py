@@ -1,0 +1,83 @@
+"""litellm on its own: the ceiling the harness is measured against.
+
+Calls ``litellm.acompletion`` directly -- no pytest, no episodes -- with the
+keyword arguments the litellm agent sends (``call_kwargs``), ``concurrency``
+at a time, each call the first request of a task of the built-in workflows
+suite (its system prompt, earlier turns, request and tools), against an
+OpenAI-compatible endpoint such as ``tests/fake_openai.py``.  After a
+warm-up (clients, lazy imports) it prints the calls per second and
+litellm's CPU milliseconds per call (every thread of this process).
+``bench/overhead.py`` and ``bench/concurrency.py`` run it next to the
+harness.
+
+Usage::
+
+    python bench/litellm_alone.py http://127.0.0.1:PORT/v1 [--calls 1000] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_agentperturb.agents.litellm_agent import ASK_USER_TOOL, call_kwargs, import_litellm  # noqa: E402
+from pytest_agentperturb.model.options import LLMSettings  # noqa: E402
+
+
+def first_requests(suite: Path) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """(messages, tools) of the first request of every task of ``suite``, as the agent sends them."""
+    out = []
+    for task in sorted(p for p in suite.iterdir() if (p / "tools.json").is_file()):
+        msgs = [{"role": "system", "content": (task / "procedure.md").read_text(encoding="utf-8")},
+                *json.loads((task / "context.json").read_text(encoding="utf-8")),
+                {"role": "user", "content": (task / "instruction.md").read_text(encoding="utf-8")}]
+        out.append((msgs, [*json.loads((task / "tools.json").read_text(encoding="utf-8")), ASK_USER_TOOL]))
+    return out
+
+
+async def calls(litellm: Any, kw: dict[str, Any], requests: Any, n: int, concurrency: int) -> None:
+    """``n`` calls, ``concurrency`` at a time."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(msgs: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        async with limit:
+            await litellm.acompletion(messages=msgs, tools=tools, seed=1, **kw)
+
+    await asyncio.gather(*(one(*next(requests)) for _ in range(n)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("api_base")
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    a = ap.parse_args()
+    os.environ.setdefault("OPENAI_API_KEY", "sk-bench-fake")
+    litellm = import_litellm()
+    kw = call_kwargs("openai/fake", LLMSettings(api_base=a.api_base))
+    requests = itertools.cycle(first_requests(ROOT / "suites" / "workflows"))
+
+    async def run() -> tuple[float, float]:
+        await calls(litellm, kw, requests, min(a.calls, 2 * a.concurrency), a.concurrency)  # warm-up
+        wall, cpu = time.perf_counter(), time.process_time()
+        await calls(litellm, kw, requests, a.calls, a.concurrency)
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    wall, cpu = asyncio.run(run())
+    print(f"calls_per_s: {a.calls / wall:.2f}")
+    print(f"litellm_cpu_ms_per_call: {cpu / a.calls * 1000:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
