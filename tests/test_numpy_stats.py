@@ -154,3 +154,24 @@ _WORDS = ("the", "this", "instructions", "Task description", "procedure", "polic
 def test_the_channel_pre_check_never_changes_the_verdict(words: list[str], sep: str) -> None:
     text = sep.join(words)
     assert labels._channel(text) == (labels._CHANNEL.search(text) is not None)
+
+
+def test_cross_family_is_the_same_in_a_thread_and_in_any_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from synthetic_store import rows
+
+    from pytest_agentperturb.analysis import sensitivity
+    from pytest_agentperturb.report import episode_table
+
+    table = episode_table(rows(12))
+
+    def flat(results: list[sensitivity.Sensitivity]) -> str:   # repr: NaN equals NaN
+        return repr([(r.suite, r.families, r.rho.tolist(), r.ci_low.tolist(), r.ci_high.tolist(),
+                      r.linkage.tolist(), r.groups) for r in results])
+
+    ref = flat(sensitivity.cross_family(table, replicates=230, seed=4))
+    assert "synthetic" in ref and "tool-missing" in ref
+    assert flat(sensitivity.start_cross_family(table, replicates=230, seed=4)()) == ref
+    for chunk in (1, 7, 230):
+        monkeypatch.setattr(sensitivity, "_CHUNK", chunk)
+        assert flat(sensitivity.cross_family(table, replicates=230, seed=4)) == ref
+    assert flat(sensitivity.cross_family(table, replicates=230, seed=5)) != ref

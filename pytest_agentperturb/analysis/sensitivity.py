@@ -34,7 +34,8 @@ from .table import pooled, scored
 if TYPE_CHECKING:
     import pandas as pd
 
-_BLOCK = 200
+_BLOCK = 200   # replicates drawn at a time (the draws of a seed do not depend on it)
+_CHUNK = 25    # replicates computed at a time: their arrays stay in the processor's cache
 GROUPS = ("same_target", "same_type", "neither")
 
 
@@ -227,7 +228,9 @@ def _compute(jobs: list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]
         for start in range(0, replicates, _BLOCK):
             k = min(_BLOCK, replicates - start)
             idx = rng.integers(0, n_tasks, size=(k, n_tasks))
-            boots.append(_estimate(s[:, idx].transpose(1, 0, 2, 3), clean[:, idx].transpose(1, 0, 2)))
+            for a in range(0, k, _CHUNK):   # replicates are independent: computed a few at a time, in cache
+                sub = idx[a:a + _CHUNK]
+                boots.append(_estimate(s[:, sub].transpose(1, 0, 2, 3), clean[:, sub].transpose(1, 0, 2)))
         boot = np.concatenate(boots) if boots else np.zeros((0, len(fams), len(fams)))
         lo, hi = percentile_interval(boot, level)
         o = np.asarray(order)
