@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import pytest
 
 from ..model.errors import TaskFormatError
+from ..model.options import OPTIONS, Settings, option
 from ..model.task import SuiteAdapter, TaskSlot
 from ..model.records import EpisodeRecord, Variant
 from ..model.task import CLEAN, FAMILIES, INSERTED, Task, family_parts
@@ -267,6 +268,26 @@ class PerturbItem(pytest.Item):
 
     def reproduce_line(self) -> str:
         return self.config.stash[ITEM_RUNNER].reproduce(self)
+
+
+def result_args(s: Settings) -> list[str]:
+    """Flags (beyond the agent and the seed) whose values change an item's result, as set for this run.
+
+    The endpoint and the model protocol (attempts, backoff, limits,
+    timeouts, generator), explicitly chosen families and strict mode;
+    not concurrency, connections or the cache folder.
+    """
+    out: list[str] = []
+    for o in OPTIONS:
+        if o.group == "llm" and o.dest not in ("concurrency", "connections", "cache"):
+            value = getattr(s.llm, o.dest)
+            if value != o.default:
+                out += [o.flag, str(value)]
+    if s.sources.get("families", "default") != "default":
+        out += [option("families").flag, ",".join(s.families)]
+    if s.strict:
+        out.append(option("strict").flag)
+    return out
 
 
 def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False,

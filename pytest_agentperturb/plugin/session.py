@@ -1,16 +1,14 @@
 """The session object, registered only when ``--agentperturb`` is on.
 
 On every process it owns the session's registries (operators, agents,
-suite adapters) and runs episodes for its items.  The only process
-(without xdist) writes each episode to the store as soon as it is scored;
-an xdist worker never opens the store and sends each episode on its item's
-report instead, and the controller stores it as the report arrives
-(:mod:`.distribute`).  Either way the controller keeps only slim per-item
-rows (:mod:`.results`), and at the end reads this session's episodes back
-from the store, prints the summary, runs the analysis (against the
-``--agentperturb-baseline`` run when one is named), asks the gate for a
-verdict and writes the HTML report once.  No process keeps the episodes'
-trajectories during the run.
+suite adapters) and runs episodes for its items.  The only process writes
+each episode to the store as soon as it is scored; an xdist worker never
+opens the store and sends each episode on its item's report, and the
+controller stores it as it arrives (:mod:`.distribute`).  The controller
+keeps slim per-item rows (:mod:`.results`); at the end it reads this
+session's episodes back from the store, prints the summary, runs the
+analysis (against ``--agentperturb-baseline`` when named), asks the gate
+for a verdict and writes the HTML report once.
 """
 
 from __future__ import annotations
@@ -29,7 +27,8 @@ from ..model.context import Agent
 from ..model.task import SuiteAdapter
 from ..model.records import EpisodeRecord, Variant
 from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, Task
-from .collect import ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory, reproduce_line
+from .collect import (ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory,
+                      reproduce_line, result_args)
 from .distribute import Controller, Finished, Key, episode_row
 from .results import Results, report_row
 from .variants import VariantCache, key_of, variant_digest  # noqa: F401 (variant_digest: re-exported)
@@ -237,20 +236,16 @@ class AgentPerturbSession:
 
     def _resolve_baseline(self) -> None:
         """Find the ``--agentperturb-baseline`` run before anything runs (a bad name is a usage error)."""
-        if not self.settings.baseline:
-            if self.thresholds.max_regression is not None:
-                raise pytest.UsageError(f"{self.thresholds.names.get('max_regression')}: there is nothing to compare "
-                                        "with; name the baseline run with --agentperturb-baseline RUN_ID|last|"
-                                        "path.sqlite[:RUN_ID]")
-            return
         from ..model.errors import AgentPerturbError
-        from ..run.baseline import resolve
+        from ..run.baseline import resolve_for_session
 
         try:
-            self.baseline_run = resolve(self.settings.baseline, self.settings.store, self.settings.run_id,
-                                        Path(str(self.config.rootpath)))
+            flag = self.thresholds.names.get("max_regression", option("max_regression").flag) \
+                if self.thresholds.max_regression is not None else None
+            self.baseline_run = resolve_for_session(self.settings, flag, Path(str(self.config.rootpath)))
         except AgentPerturbError as exc:
             raise pytest.UsageError(str(exc)) from None
+
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
         """Add the ``--agentperturb-suite`` suites as children of the session."""
@@ -435,28 +430,8 @@ class AgentPerturbSession:
         extra = (["--agentperturb-repeats", str(self.repeats)] if self.repeats > 1 else []) \
             + (["--agentperturb-variant-seed", str(self.variant_seed)] if self.variant_seed != self.seed else [])
         return reproduce_line(item.nodeid, self._runner_args.get(item.model, ["--agentperturb-model", item.model]),
-                              self.settings.seed, named=self._is_named(item.nodeid), extra=[*self.result_args(), *extra],
+                              self.settings.seed, named=self._is_named(item.nodeid), extra=[*result_args(self.settings), *extra],
                               repeat=item.repeat if self.repeats > 1 else None)
-
-    def result_args(self) -> list[str]:
-        """Flags (beyond the agent and the seed) whose values change an item's result, as set for this run.
-
-        The endpoint and the model protocol (attempts, backoff, limits,
-        timeouts, generator), explicitly chosen families and strict mode;
-        not concurrency, connections or the cache folder.
-        """
-        s = self.settings
-        out: list[str] = []
-        for o in OPTIONS:
-            if o.group == "llm" and o.dest not in ("concurrency", "connections", "cache"):
-                value = getattr(s.llm, o.dest)
-                if value != o.default:
-                    out += [o.flag, str(value)]
-        if s.sources.get("families", "default") != "default":
-            out += [option("families").flag, ",".join(s.families)]
-        if s.strict:
-            out.append(option("strict").flag)
-        return out
 
     def claim_task(self, key: str, nodeid: str) -> str | None:
         """Two tasks with one key would write the same store rows: the second is an error."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.errors import AgentPerturbError
+from ..model.options import Settings
 from ..model.records import STORE_COLUMNS
 
 LAST = "last"
@@ -73,6 +74,21 @@ def runs(path: Path) -> list[str]:
         except sqlite3.DatabaseError as exc:
             raise AgentPerturbError(f"--agentperturb-baseline: {path} is not a results store ({exc})") from None
         return [str(r[0]) for r in cur]
+
+
+def resolve_for_session(settings: Settings, max_regression_flag: str | None, rootdir: Path) -> BaselineRun | None:
+    """The run ``--agentperturb-baseline`` names, or None when none is named.
+
+    Raises:
+        AgentPerturbError: a bad name, or a max-regression threshold (its flag
+            given as ``max_regression_flag``) with nothing to compare with.
+    """
+    if not settings.baseline:
+        if max_regression_flag:
+            raise AgentPerturbError(f"{max_regression_flag}: there is nothing to compare with; name the baseline "
+                                    "run with --agentperturb-baseline RUN_ID|last|path.sqlite[:RUN_ID]")
+        return None
+    return resolve(settings.baseline, settings.store, settings.run_id, rootdir)
 
 
 def resolve(spec: str, store: Path, current_run: str, rootdir: Path) -> BaselineRun:
