@@ -28,7 +28,7 @@ import pytest_agentperturb.imaging  # noqa: F401
 # hypothesis's pytest plugin serves these tests only: the project's pytest settings keep its entry point
 # from loading (it imports hypothesis at the end of every session, `pytest --agentperturb` runs included)
 # and it is loaded here instead, before any test module imports hypothesis, as the entry point would be.
-pytest_plugins = ["_hypothesis_pytestplugin"]
+pytest_plugins = ["_hypothesis_pytestplugin", "pytester"]  # pytester too: the main job does not load it
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "suites" / "workflows"
