@@ -27,17 +27,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead import PLUGINS_OFF, timed  # noqa: E402 (a sibling bench script)
 
 
 def main() -> int:
@@ -59,17 +58,12 @@ def main() -> int:
             shutil.copytree(ROOT / "suites" / "workflows", Path(tmp) / "suites" / "workflows")
             models = [arg for i in range(a.models) for arg in ("--agentperturb-model", f"openai/fake-{i}")]
             cmd = [sys.executable, "-m", "pytest", "--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider",
-                   "-p", "no:hypothesispytest", "-p", "no:anyio", *models, "--agentperturb-api-base", f"http://127.0.0.1:{port}/v1",
+                   *PLUGINS_OFF, *models, "--agentperturb-api-base", f"http://127.0.0.1:{port}/v1",
                    "--agentperturb-concurrency", str(a.concurrency), "--agentperturb-store", "bench.sqlite",
                    "--agentperturb-report", "bench.html"]
             if a.workers:
                 cmd += ["-n", str(a.workers)]
-            env = dict(os.environ, OPENAI_API_KEY="sk-bench-fake", PYTHONPATH=str(ROOT))
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
-            wall = time.perf_counter() - t0
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            out, wall, cpu = timed(cmd, Path(tmp), timeout=1800)
         ceiling = _alone(f"http://127.0.0.1:{port}/v1", a.ceiling, a.concurrency) if a.ceiling else None
         if out.returncode not in (0, 1):
             print(out.stdout[-3000:], out.stderr[-3000:], file=sys.stderr)
@@ -79,7 +73,6 @@ def main() -> int:
             print(out.stdout[-3000:], file=sys.stderr)
             return 1
         episodes, errors = int(m.group(1)), int(m.group(2))
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         ideal = a.concurrency * max(1, a.workers) / (a.steps * a.latency)
         phase = _episode_phase(out.stdout, wall)
         print(f"episodes: {episodes} (errors {errors}), k={a.steps} calls, latency {a.latency} s, "

@@ -58,17 +58,22 @@ def run(cwd: Path, agent: str, repeats: int, extra: list[str]) -> tuple[int, flo
     cmd = [sys.executable, "-m", "pytest", "--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider",
            *PLUGINS_OFF, "--agentperturb-model", agent, "--agentperturb-repeats", str(repeats),
            "--agentperturb-store", f"{tag}.sqlite", "--agentperturb-report", f"{tag}.html", *extra]
-    env = dict(os.environ, OPENAI_API_KEY="sk-bench-fake", PYTHONPATH=str(ROOT))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out, wall, cpu = timed(cmd, cwd, timeout=3600)
     m = re.search(r"episodes run: (\d+), reused: \d+, errors: (\d+)", out.stdout)
     if out.returncode not in (0, 1) or not m or int(m.group(2)):
         sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return int(m.group(1)), wall, cpu
+
+
+def timed(cmd: list[str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run one process (a fake API key, this checkout importable): its output, wall and CPU seconds."""
+    env = dict(os.environ, OPENAI_API_KEY="sk-bench-fake", PYTHONPATH=str(ROOT))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return out, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def marginal(cwd: Path, agent: str, small: int, large: int, extra: list[str]) -> tuple[float, float, float]:
