@@ -146,3 +146,19 @@ def test_the_scheduler_tops_a_worker_up_before_its_window_drains(pytester: pytes
     sched.mark_test_complete(a, 23)
     assert a.shutting_down  # nothing left to send: a finishes what it holds
     assert sorted(a.sent + b.sent) == list(range(50))  # every item sent once
+
+
+def test_a_scope_is_one_task_for_one_model(pytester: pytest.Pytester) -> None:
+    """Each task's items for one model go to one worker (variants are made once per task there)."""
+    from pytest_agentperturb.plugin.distribute import scheduler
+
+    config = pytester.parseconfig("--tx", "2*popen")
+    ids = [f"suites/s::t{t}::f{f}[{m}]" for t in range(2) for f in range(4) for m in ("openai/x", "reference/y")]
+    sched = scheduler(config, None, keep=2)
+    a, b = FakeNode("a"), FakeNode("b")
+    for node in (a, b):
+        sched.add_node(node)
+        sched.add_node_collection(node, ids)
+    sched.schedule()
+    assert [ids[i] for i in a.sent] == [f"suites/s::t0::f{f}[openai/x]" for f in range(4)]
+    assert [ids[i] for i in b.sent] == [f"suites/s::t0::f{f}[reference/y]" for f in range(4)]

@@ -134,17 +134,24 @@ class Controller:
 
 
 def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:
-    """xdist's ``loadscope`` (scope: a task's items), topping a worker up while it holds fewer than ``keep`` items.
+    """xdist's ``loadscope`` with one task and model as a scope, topping a worker up while it holds under ``keep``.
 
     ``keep`` is the worker's prefetch window (twice its concurrency: the
     batcher keeps that many episodes submitted, finished ones included), so
-    a worker never runs out of upcoming items to start while other tasks
-    wait at the controller.  Work is still handed out a whole task at a
-    time, so the tail of the run is at most one task plus a window per worker.
+    a worker never runs out of upcoming items to start while others wait at
+    the controller.  A scope is a task's items for one model (``suite::task``
+    and the item's parameter without the family), small enough that the
+    last ones leave no worker idle for long, large enough that each worker
+    generates a task's variants once per model at most.
     """
     from xdist.scheduler import LoadScopeScheduling
 
     class WindowScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type stubs
+        def _split_scope(self, nodeid: str) -> str:
+            task, _, name = nodeid.rpartition("::")
+            _, bracket, param = name.partition("[")
+            return f"{task}[{param}" if task and bracket and param.endswith("]") else nodeid.rsplit("::", 1)[0]
+
         def _reschedule(self, node: Any) -> None:
             if node.shutting_down:
                 return
