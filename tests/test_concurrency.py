@@ -162,3 +162,15 @@ def test_a_scope_is_one_task_for_one_model(pytester: pytest.Pytester) -> None:
     sched.schedule()
     assert [ids[i] for i in a.sent] == [f"suites/s::t0::f{f}[openai/x]" for f in range(4)]
     assert [ids[i] for i in b.sent] == [f"suites/s::t0::f{f}[reference/y]" for f in range(4)]
+
+
+def test_the_episode_phase_freezes_what_litellm_left_and_thaws_it_at_close() -> None:
+    import gc
+
+    assert "litellm" in sys.modules and gc.get_freeze_count() == 0  # imported by the preimported fixture
+    b = Batcher(concurrency=2)
+    try:
+        assert b.call(lambda: asyncio.sleep(0, result=gc.get_freeze_count())) > 100_000
+    finally:
+        b.close()
+    assert gc.get_freeze_count() == 0

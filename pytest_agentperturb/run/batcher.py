@@ -18,13 +18,19 @@ items keeps a few dozen futures, not thousands).
 
 Which items come next is the plugin's business (:mod:`..plugin.schedule`).
 Nothing here crosses processes: the loop, the semaphore and the API clients
-are created lazily in the process that uses them.
+are created lazily in the process that uses them.  While the loop runs, what
+was alive when it started (litellm's import above all) is frozen out of the
+cyclic collector's full passes (``gc.freeze``).  The loop's default
+executor is :class:`~..agents.litellm_agent.LoopExecutor` (litellm prepares
+its requests there; inline rather than in a thread, where the provider
+allows).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import gc
 import logging
 import sys
 import threading
@@ -55,11 +61,20 @@ class Batcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._sem: asyncio.Semaphore | None = None
+        self._frozen = False
 
     # -- the loop ------------------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
+            from ..agents.litellm_agent import LoopExecutor
+
+            if "litellm" in sys.modules:
+                # litellm's import leaves some 400k long-lived objects: frozen for the episode phase, the
+                # cyclic collector no longer walks them at every full collection (thawed in close())
+                gc.freeze()
+                self._frozen = True
             loop = asyncio.new_event_loop()
+            loop.set_default_executor(LoopExecutor(thread_name_prefix="agentperturb-episode"))
             self._thread = threading.Thread(target=loop.run_forever, name="agentperturb-episodes", daemon=True)
             self._thread.start()
             self._loop = loop
@@ -149,3 +164,6 @@ class Batcher:
             self._thread.join(timeout=10)
         loop.close()
         self._loop = self._thread = None
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
