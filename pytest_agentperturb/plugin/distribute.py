@@ -88,17 +88,17 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """Tasks to workers, each worker kept a full window ahead, unless --dist was chosen.
+        """Tasks to workers, each worker kept a full window ahead, for ``--dist load`` (``-n``, ``-d``).
 
         A worker can only keep many episodes in flight if it already holds
         the items that come next.  xdist's ``load`` sends one or two at a time
         once items take long, and its ``loadscope`` tops a worker up only when
         two items are left, so the worker's episodes drain at every refill.
-        :func:`scheduler` sends all items of a task to one worker and sends
-        the next task while the worker still holds a window's worth.
+        :func:`scheduler` sends a task's items for one model to one worker and
+        sends the next ones while the worker still holds a window's worth.
+        Any other ``--dist`` mode is xdist's own.
         """
-        args = [*config.invocation_params.args, *config.getini("addopts")]
-        if config.getvalue("dist") != "load" or any(a in ("--dist", "-d") or a.startswith("--dist=") for a in args):
+        if config.getvalue("dist") != "load":
             return None
         return scheduler(config, log, keep=2 * self.concurrency)
 
