@@ -17,13 +17,13 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+# re-exported: the defaults live in .defaults, which loads without numpy
+from .defaults import N_BOOTSTRAP as N_BOOTSTRAP
+from .defaults import N_PERMUTATIONS as N_PERMUTATIONS
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-#: Default number of random assignments of the permutation test.
-N_PERMUTATIONS = 100_000
-#: Default number of bootstrap replicates.
-N_BOOTSTRAP = 2000
 #: Values are rounded to this many decimals before ranking, so that equal values computed by
 #: different arithmetic (2/3 - 1/3 and 1 - 2/3) tie.
 ROUND_DECIMALS = 9

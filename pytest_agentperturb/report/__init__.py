@@ -24,7 +24,6 @@ from . import sections as rs
 from .episodes import CSS, diff_html, episode_anchor, highlight, image_html, trajectory_html
 from .pages import episode_url, pages_folder, render_pages, summaries, tasks_section, write_pages
 from .svg import esc
-from .worker import PageWorker
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
     from ..gate import Verdict
 
-__all__ = ["PageWorker", "analyse", "diff_html", "episode_anchor", "episode_table", "episode_url", "highlight",
+__all__ = ["analyse", "diff_html", "episode_anchor", "episode_table", "episode_url", "highlight",
            "image_html", "pages_folder", "records", "render_page", "task_properties_of", "trajectory_html", "write",
            "write_main_page", "write_report"]
 

@@ -206,7 +206,8 @@ def _perturbed(r: Mapping[str, Any], clean: Mapping[str, Any] | None, several: b
         body.append(f"<p class=err>error (not an agent failure): {esc(r['error'])}</p>")
     cans = canaries_of(r)
     if r["family"] != CLEAN:
-        body.append(diff_html(str(r.get("diff") or "")))
+        diff = r.get("diff")
+        body.append(diff_html("" if diff is None or diff != diff else str(diff)))   # NULL (None or NaN): none
         if cans:
             body.append("<p>canaries: " + ", ".join(
                 f"<mark>{_e(c.get('text', ''))}</mark> <span class=tag>{_e(c.get('kind', ''))}</span>"
