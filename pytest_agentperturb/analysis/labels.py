@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
+from ..model.jsontext import dumper
 from ..model.task import CLEAN
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ _ABANDON = re.compile(r"\b(cannot|can't|can not|unable|not possible|impossible|g
                       re.I)
 
 
-_JSON = json.JSONEncoder(ensure_ascii=False)   # what json.dumps(x, ensure_ascii=False) does
+_JSON = dumper()   # json.dumps(x, ensure_ascii=False)
 
 
 def _traj(x: Any) -> list[dict[str, Any]]:
@@ -117,7 +118,7 @@ def _actions(traj: Sequence[Mapping[str, Any]]) -> str:
         if e.get("role") == "assistant":
             if "tool" in e and e["tool"] != ASK_USER:
                 a = e.get("args")
-                parts += [str(e["tool"]), a if isinstance(a, str) else _JSON.encode(a)]
+                parts += [str(e["tool"]), a if isinstance(a, str) else _JSON(a)]
             elif e.get("final"):
                 parts.append(str(e.get("content", "")))
     return "\n".join(parts)

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..model.jsontext import dumper
 from ..model.protocols import IMAGE_TYPES
 from .svg import esc
 
@@ -97,8 +98,8 @@ def highlight(text: str, canaries: Sequence[str]) -> str:
 
 
 _SEP, _SLOT = "\x00", "\x01"
-#: what json.dumps(x, ensure_ascii=False, sort_keys=True) does, without building an encoder per call
-_ARGS = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+#: json.dumps(x, ensure_ascii=False, sort_keys=True), without building an encoder per call
+_ARGS = dumper(sort_keys=True)
 
 
 def escape_all(texts: Sequence[str]) -> list[str]:
@@ -132,7 +133,7 @@ def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
         if role == "assistant" and "tool" in e:
             args = e.get("args")
             items.append("<li class=call>→ <b>\x01</b>(\x01)</li>")
-            texts += (str(e["tool"]), args if isinstance(args, str) else _ARGS.encode(args))
+            texts += (str(e["tool"]), args if isinstance(args, str) else _ARGS(args))
         elif role == "assistant":
             items.append("<li class=final>final: \x01</li>" if e.get("final") else "<li class=call>\x01</li>")
             texts.append(str(e.get("content", "")))
