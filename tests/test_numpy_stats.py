@@ -156,6 +156,23 @@ def test_the_channel_pre_check_never_changes_the_verdict(words: list[str], sep: 
     assert labels._channel(text) == (labels._CHANNEL.search(text) is not None)
 
 
+_LEXICON = ("Might", "may be", "MAYBE", "seems", "appear", "not sure", "unsure", "Unclear", "possibly", "perhaps",
+            "I assume", "assuming", "probably", "i think", "could be", "double-check", "Confirmed", "inconsistent",
+            "Conflicts", "contradiction", "discrepancy", "mismatched", "doesn't match", "do not exist", "not given",
+            "not found", "missing", "WRONG", "incorrect", "invalid", "unknown tool", "no such", "outdated", "errors",
+            "error", "mayb", "seeming", "conflic", "matched", "existing", "note", "ſure", "naïve", "K", "x", "1")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_LEXICON), min_size=1, max_size=8), st.sampled_from([" ", "", "\n", "-", "."]))
+def test_the_lexicon_pre_checks_never_change_the_verdict(words: list[str], sep: str) -> None:
+    text = sep.join(words)
+    low = text.lower() if text.isascii() else None
+    for pattern, stems in ((labels._HEDGE, labels._HEDGE_WORDS), (labels._PROBLEM, labels._PROBLEM_WORDS),
+                           (labels._CHANNEL, labels._CHANNEL_WORDS)):
+        assert labels._search(pattern, stems, text, low) == (pattern.search(text) is not None)
+
+
 def test_cross_family_is_the_same_in_a_thread_and_in_any_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
     from synthetic_store import rows
 

@@ -65,6 +65,11 @@ _CHANNEL_WORDS = ("instruction", "task description", "procedure", "polic", "tool
                   "tool schema", "tool contract", "tool definition", "tool spec", "schema", "documentation",
                   *(f"{w} {c}" for w in ("earlier", "previous", "prior") for c in ("conversation", "message", "turn")),
                   "context", "note", "user message", "user request", "user's message", "user's request")
+# Every match of _HEDGE / _PROBLEM holds one of these (lowercased): an ASCII text holding none cannot match.
+_HEDGE_WORDS = ("might", "may be", "maybe", "seem", "appear", "not sure", "unsure", "unclear", "possibly", "perhaps",
+                "i assume", "assuming", "probably", "i think", "could be", "double-check", "confirm")
+_PROBLEM_WORDS = ("inconsisten", "conflict", "contradict", "discrepan", "mismatch", "match", "exist", "not ",
+                  "missing", "wrong", "incorrect", "invalid", "unknown tool", "no such", "outdated", "error")
 _ABANDON = re.compile(r"\b(cannot|can't|can not|unable|not possible|impossible|giving up|stop(?:ping)? here)\b",
                       re.I)
 
@@ -124,13 +129,19 @@ def _actions(traj: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+def _search(pattern: re.Pattern[str], words: Sequence[str], text: str, low: str | None) -> bool:
+    """``pattern.search(text)``, skipped where the lowercased ASCII text ``low`` holds none of ``words``.
+
+    ``low`` is None for a text that is not ASCII (case folding beyond ASCII: the pattern decides).
+    """
+    if low is not None and not any(w in low for w in words):
+        return False
+    return pattern.search(text) is not None
+
+
 def _channel(text: str) -> bool:
     """Whether the text attributes a problem to an input channel (:data:`_CHANNEL`)."""
-    if text.isascii():
-        low = text.lower()
-        if not any(w in low for w in _CHANNEL_WORDS):
-            return False
-    return _CHANNEL.search(text) is not None
+    return _search(_CHANNEL, _CHANNEL_WORDS, text, text.lower() if text.isascii() else None)
 
 
 def awareness(traj: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
@@ -138,12 +149,13 @@ def awareness(traj: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     texts = _texts(traj)
     if not texts:
         return "A1", "mechanical"
-    if any(_channel(t) for t in texts):
+    lows = [t.lower() if t.isascii() else None for t in texts]
+    if any(_search(_CHANNEL, _CHANNEL_WORDS, t, low) for t, low in zip(texts, lows)):
         return "A4", "heuristic"
-    problem = [t for t in texts if _PROBLEM.search(t)]
+    problem = [t for t, low in zip(texts, lows) if _search(_PROBLEM, _PROBLEM_WORDS, t, low)]
     if len(problem) >= 2:
         return "A3", "heuristic"
-    if problem or any(_HEDGE.search(t) for t in texts):
+    if problem or any(_search(_HEDGE, _HEDGE_WORDS, t, low) for t, low in zip(texts, lows)):
         return "A2", "heuristic"
     return "A1", "heuristic"
 

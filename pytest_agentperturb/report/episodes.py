@@ -192,8 +192,9 @@ def diff_html(diff: str) -> str:
     lines = []
     escaped = esc(diff).splitlines()   # escaping adds and removes no line break: one escaped line per line
     for line, e in zip(diff.splitlines(), escaped):
-        cls = "add" if line.startswith("+") and not line.startswith("+++") else \
-            "del" if line.startswith("-") and not line.startswith("---") else "hunk" if line.startswith("@@") else ""
+        first = line[:1]   # added (not +++), removed (not ---), a hunk header, or plain
+        cls = ("" if line.startswith("+++") else "add") if first == "+" else \
+            ("" if line.startswith("---") else "del") if first == "-" else "hunk" if line.startswith("@@") else ""
         lines.append(f"<span class='{cls}'>{e}</span>" if cls else e)
     return "<pre>" + "\n".join(lines) + "</pre>"
 
