@@ -14,7 +14,7 @@ import numpy as np
 from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
 from .repeats import repeat_weights
 from .stats import N_BOOTSTRAP, bootstrap_weights, draw_sums, mcnemar, percentile_interval, signed_rank
-from .table import DROP_REASONS, describe_drops, pairing_audit, pairs, pooled, pooled_models, scored
+from .table import DROP_REASONS, describe_drops, only, pairing_audit, pairs, pooled, pooled_models, scored
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -286,7 +286,7 @@ def compliance(df: pd.DataFrame, by: tuple[str, ...] = ("model", "suite", "famil
     """
     import pandas as pd
 
-    d = scored(df)
+    d = scored(only(df, (*by, "family", "compliance", "error", "reward", "baseline")))
     d = d[(d["family"] != CLEAN) & d["compliance"].notna()]
     if "model" not in by:
         d = pooled(d)

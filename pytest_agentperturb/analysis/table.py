@@ -211,6 +211,11 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     return out[[*COLUMNS, *[c for c in out.columns if c not in COLUMNS]]]
 
 
+def only(df: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
+    """``df`` with just those of ``names`` among its columns: the filters and copies after it move less."""
+    return df[[c for c in dict.fromkeys(names) if c in df.columns]]
+
+
 def with_repeat(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with a ``repeat`` column (0 where a table has none)."""
     return df if "repeat" in df.columns else df.assign(repeat=0)
@@ -278,7 +283,9 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd
 
-    d = scored(with_repeat(df)).copy()
+    d = scored(with_repeat(only(df, (*PAIR_KEY, "baseline", "family", "target", "type", "operator", "seed",
+                                     "compliance", "awareness", "behaviour", "error", "reward", "success",
+                                     *USAGE)))).copy()
     d["tokens"] = tokens(d)
     d["success_f"] = d["success"].map(lambda v: float(bool(v)) if v is not None else float("nan"))
     vals = ["reward", "success_f", "tokens", *USAGE]
@@ -313,7 +320,7 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
     cols = [*key, "family", "baseline", "target", "type", "n_episodes", "n_pairs", *DROP_REASONS]
     if not len(df):
         return pd.DataFrame(columns=cols)
-    df = with_repeat(df)
+    df = with_repeat(only(df, (*key, "family", "baseline", "target", "type", "error", "reward")))
     ok = ((df["error"] == "") & df["reward"].notna()).to_numpy()
     is_clean = (df["family"] == CLEAN).to_numpy()
     c = df[is_clean].assign(_ok=ok[is_clean]).groupby(key, sort=False)["_ok"].any()

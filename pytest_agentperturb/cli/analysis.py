@@ -267,16 +267,20 @@ def check_values(table: pd.DataFrame, source: str) -> None:
 
     from ..model.task import CLEAN, FAMILIES, inserted_base
 
-    for n, (model, task, family, reward) in enumerate(
-            zip(table["model"], table["task"], table["family"], table["reward"]), start=1):
-        where = f"{source}: row {n} (model {model!r}, task {task!r})"
-        if family != CLEAN and family not in FAMILIES and inserted_base(str(family)) is None:
+    def where(n: int, model: Any, task: Any) -> str:
+        return f"{source}: row {n} (model {model!r}, task {task!r})"
+
+    known = {CLEAN, *FAMILIES}
+    for n, (model, task, family, reward) in enumerate(zip(*(table[c].tolist() for c in ("model", "task", "family",
+                                                                                        "reward"))), start=1):
+        if family not in known and inserted_base(str(family)) is None:
             raise AgentPerturbError(
-                f"{where}: column 'family': expected 'clean', one of {', '.join(FAMILIES)} or an inserted object "
-                f"(inserted-fake-tool, inserted-distractor-turn, inserted-injection[-<name>]), found {family!r}")
+                f"{where(n, model, task)}: column 'family': expected 'clean', one of {', '.join(FAMILIES)} or an "
+                "inserted object (inserted-fake-tool, inserted-distractor-turn, inserted-injection[-<name>]), "
+                f"found {family!r}")
         if not math.isnan(reward) and not 0.0 <= reward <= 1.0:
-            raise AgentPerturbError(f"{where}: column 'reward': expected a number in [0, 1] (blank for an episode "
-                                    f"that could not be scored), found {reward!r}")
+            raise AgentPerturbError(f"{where(n, model, task)}: column 'reward': expected a number in [0, 1] (blank "
+                                    f"for an episode that could not be scored), found {reward!r}")
 
 
 def _baseline(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:

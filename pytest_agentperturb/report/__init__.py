@@ -93,8 +93,8 @@ def _model_table(a: Analysis) -> str:
 
     ov = a.drops[a.drops["level_kind"] == "overall"]
     mal = a.malleability.set_index(["model", "suite"]) if len(a.malleability) else None
-    comp = a.episodes[(a.episodes["family"] != CLEAN) & a.episodes["compliance"].notna()
-                      & (a.episodes["error"] == "")]
+    ep = a.episodes[["model", "suite", "family", "compliance", "error"]]
+    comp = ep[(ep["family"] != CLEAN) & ep["compliance"].notna() & (ep["error"] == "")]
     bypass = {k: 1.0 - float(g["compliance"].astype(bool).mean()) for k, g in comp.groupby(["model", "suite"])}
     rows = []
     for r in ov.to_dict("records"):
