@@ -175,16 +175,18 @@ def test_the_report_command_loads_no_scipy_stats_cluster_or_suite_loader(tmp_pat
     assert res.stdout.strip() == "0 []", res.stderr
 
 
-def test_auto_jobs_take_a_second_process_where_there_is_a_second_processor(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_jobs_take_a_second_process_only_when_a_processor_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     from pytest_agentperturb.cli.analysis import _jobs
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.7, 1.0, 1.0))
     assert (_jobs("auto"), _jobs("1"), _jobs("2")) == (2, 1, 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.9, 1.0, 1.0))
+    assert _jobs("auto") == 1
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert (_jobs("auto"), _jobs("2")) == (1, 2)
-    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert _jobs("auto") == 1
 
 

@@ -62,6 +62,15 @@ def parse_bool(x: Any) -> bool | None:
     raise ValueError(f"not a boolean: {x!r}")
 
 
+_FLOAT_BOOLS = {0.0: False, 1.0: True}
+
+
+def _bools(values: list[Any]) -> list[bool | None]:
+    """:func:`parse_bool` of each value (bools, and the 0.0/1.0 of a numeric column, without the call)."""
+    fast = _FLOAT_BOOLS
+    return [v if type(v) is bool else fast[v] if type(v) is float and v in fast else parse_bool(v) for v in values]
+
+
 def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
@@ -168,7 +177,7 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
         if c not in out.columns:
             out[c] = None
     for c in _TEXT:
-        out[c] = _column([_text(v) for v in out[c].tolist()], out.index)
+        out[c] = _column([v if type(v) is str else _text(v) for v in out[c].tolist()], out.index)
     out["error"] = out["error"].str.strip()
     out["target"], out["type"] = _target_type(out["family"].tolist(), out["target"].fillna("").tolist(),
                                               out["type"].fillna("").tolist())
@@ -183,7 +192,7 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
             raise AgentPerturbError(f"{source}: column {c!r} must be numeric ({exc})") from None
     for c in ("success", "compliance"):
         try:
-            out[c] = pd.Series([parse_bool(v) for v in out[c].tolist()], index=out.index, dtype=object)
+            out[c] = pd.Series(_bools(out[c].tolist()), index=out.index, dtype=object)
         except ValueError as exc:
             raise AgentPerturbError(f"{source}: column {c!r}: {exc}; use true/false or 1/0") from None
     need = out["success"].isna() & out["reward"].notna()
@@ -192,7 +201,7 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     derived = [m.startswith(BASELINE_PREFIX) for m in out["model"].tolist()]
     if "baseline" in out.columns:
         try:
-            given = [parse_bool(v) for v in out["baseline"].tolist()]
+            given = _bools(out["baseline"].tolist())
         except ValueError as exc:
             raise AgentPerturbError(f"{source}: column 'baseline': {exc}; use true/false or 1/0") from None
         out["baseline"] = [d if g is None else g for g, d in zip(given, derived)]

@@ -44,8 +44,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--out", default=DEFAULT_REPORT, metavar="PATH", help=f"HTML report (default: {DEFAULT_REPORT}).")
     p.add_argument("--jobs", choices=("auto", "1", "2"), default="auto",
                    help="processes: 2 reads the store and writes the task pages in a second process while this one "
-                        "analyses, 1 does everything in this one, auto (default) takes 2 where there are two "
-                        "processors or more. The report is the same either way.")
+                        "analyses, 1 does everything in this one, auto (default) takes 2 when a processor is idle "
+                        "(load average below the processors less one half). The report is the same either way.")
     p.add_argument("--baseline", default="", metavar="RUN",
                    help="compare with a baseline run on the same variants: RUN_ID, 'last' (the most recent other "
                         "run of the store) or path.sqlite[:RUN_ID]; same as --agentperturb-baseline.")
@@ -203,6 +203,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         out = Path(args.out)
         from .. import report
         from ..analysis.labels import MANUAL_KEYS, label, manual_rows
+        from ..report.episodes import decoded
 
         if worker is not None and not worker.send(args.store, run, report.pages_folder(out), main_name=out.name,
                                                   manual=bool(args.labels)):
@@ -215,7 +216,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         got = worker.rows() if worker is not None else None
         if worker is not None and got is None:
             worker = _cancelled(worker)   # it failed before sending the episodes: read them here (same errors)
-        rows = got[0] if got is not None else _read_rows(args.store, run)
+        rows = got[0] if got is not None else decoded(_read_rows(args.store, run))   # decoded once: labels, pages
         table = report.episode_table(rows)
         check_values(table, args.store)
         kw.update(_baseline(args, rows))
@@ -243,14 +244,20 @@ def _cancelled(worker: PageWorker) -> PageWorker | None:
 
 
 def _jobs(choice: str) -> int:
-    """Processes for ``--jobs``: 1 or 2 as asked; ``auto``: 2 where there is a second processor, else 1.
+    """Processes for ``--jobs``: 1 or 2 as asked; ``auto``: 2 when a processor is idle, else 1.
 
-    The worker adds little work (it reads the store once for both processes), so a second process
-    shortens the command on a busy machine too.
+    A second process pays for itself only on a processor of its own: where the other
+    processor is busy already (load average at or above the processors less one half),
+    the two processes share one and the second one's start-up is a loss.
     """
     if choice != "auto":
         return int(choice)
-    return 2 if (os.cpu_count() or 1) >= 2 else 1
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):   # no load average here (Windows): trust the processor count
+        load = 0.0
+    return 2 if cores >= 2 and load < cores - 0.5 else 1
 
 
 def check_values(table: pd.DataFrame, source: str) -> None:

@@ -26,7 +26,6 @@ standard error goes to a temporary file, whose last line is the error.
 
 from __future__ import annotations
 
-import json
 import pickle
 import subprocess
 import sys
@@ -222,25 +221,6 @@ def _episodes(store: str, run_id: str | None) -> list[dict[str, Any]]:
         return s.rows(run_id)
 
 
-def _decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` with their trajectories and canaries decoded once, for the labels and the pages alike.
-
-    Both read JSON text or the list it holds the same way; text that is not
-    a JSON list stays text (they read that as they always did).
-    """
-    for r in rows:
-        for c in ("trajectory", "canaries"):
-            text = r.get(c)
-            if isinstance(text, str) and text:
-                try:
-                    value = json.loads(text)
-                except ValueError:
-                    continue
-                if isinstance(value, list):
-                    r[c] = value
-    return rows
-
-
 def main() -> int:
     """The worker: read a job, send the episodes and labels, render the pages, write them on "go".
 
@@ -255,10 +235,11 @@ def main() -> int:
     try:
         from ..analysis.labels import FLIP_COLUMNS, LABEL_COLUMNS, auto_labels, manual_updates
         from ..analysis.table import normalise_rows
+        from ..report.episodes import decoded
         from ..report.pages import render_pages, write_pages
 
         raw = _episodes(job["store"], job["run_id"])
-        rows = _decoded(normalise_rows(raw))
+        rows = decoded(normalise_rows(raw))
         labels = auto_labels({c: [r.get(c) for r in rows] for c in (*FLIP_COLUMNS, *LABEL_COLUMNS)})
         names = [c for c in (raw[0] if raw else ()) if c not in HEAVY]
         sender = _send(stdout, (names, [[r[c] for r in raw] for c in names], labels))

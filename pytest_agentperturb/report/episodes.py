@@ -206,6 +206,27 @@ def verdict(r: Mapping[str, Any]) -> tuple[str, str]:
     return ("pass", "pass") if r.get("success") else ("fail", "fail")
 
 
+def decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (in place) with their ``trajectory`` and ``canaries`` JSON text decoded once, for every reader.
+
+    The labels, the task pages and the image pairs read JSON text or the
+    list it holds alike, so each episode's text is decoded once here instead
+    of once per reader; text that is not a JSON list stays text (its readers
+    treat it as they always did).
+    """
+    for r in rows:
+        for c in ("trajectory", "canaries"):
+            text = r.get(c)
+            if isinstance(text, str) and text:
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    continue
+                if isinstance(value, list):
+                    r[c] = value
+    return rows
+
+
 def canaries_of(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The canaries recorded with an episode's variant (JSON text or a list of mappings)."""
     return [c for c in load_json_list(r.get("canaries")) if isinstance(c, Mapping)]
