@@ -322,3 +322,17 @@ def test_a_worker_that_dies_first_leaves_this_process_to_write_everything(tmp_pa
     monkeypatch.setattr(pages_worker.PageWorker, "start", classmethod(lambda cls: started.append(1) or real(cls)))
     assert _report(store, tmp_path / "two" / "agentperturb.html", "--jobs", "2") == 0
     assert started and _files(tmp_path / "one") == _files(tmp_path / "two")
+
+
+def test_a_worker_that_dies_between_the_episodes_and_their_labels_leaves_this_process_to_do_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_agentperturb.cli import pages_worker
+
+    store = tmp_path / "s.sqlite"
+    write_store(store, 3)
+    assert _report(store, tmp_path / "one" / "agentperturb.html", "--jobs", "1") == 0
+    # a worker that reads its job, sends an (empty) episode table and dies before the labels
+    monkeypatch.setattr(pages_worker, "_BOOT", "import pickle, sys\npickle.load(sys.stdin.buffer)\n"
+                        "pickle.dump((['run_id'], [[]]), sys.stdout.buffer)\nsys.stdout.flush()\nsys.exit(1)\n")
+    assert _report(store, tmp_path / "two" / "agentperturb.html", "--jobs", "2") == 0
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")

@@ -189,11 +189,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``agentperturb report``: analysis and HTML from the store.
 
     The task pages are written by a second process (:class:`~.pages_worker.PageWorker`),
-    started first: it reads the store, labels the episodes and sends them here (without
-    their trajectories) while this process imports what the analysis needs, then renders
-    the pages while this one analyses, and writes them once the episodes passed the checks
-    here; the main page is written last.  Without a worker (``--jobs 1``, or none could be
-    started or it failed before sending the episodes) all of it runs here.
+    started first: it reads the store and sends the episodes here (without their
+    trajectories), then their labels, while this process imports what the analysis needs;
+    it renders the pages while this one analyses, and writes them once the episodes passed
+    the checks here; the main page is written last.  Without a worker (``--jobs 1``, or
+    none could be started, or it failed before sending the labels) all of it runs here.
     """
     from .pages_worker import PageWorker
 
@@ -213,14 +213,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         if worker is not None and manual is not None:
             if not worker.manual(manual_rows(manual), [k for k in MANUAL_KEYS if k in manual.columns]):
                 worker = _cancelled(worker)
-        got = worker.rows() if worker is not None else None
-        if worker is not None and got is None:
-            worker = _cancelled(worker)   # it failed before sending the episodes: read them here (same errors)
-        rows = got[0] if got is not None else decoded(_read_rows(args.store, run))   # decoded once: labels, pages
-        table = report.episode_table(rows)
+        rows, table, auto = None, None, None
+        if worker is not None:
+            rows = worker.rows()
+            table = report.episode_table(rows) if rows is not None else None   # while the worker labels them
+            auto = worker.labels() if rows is not None else None
+            if auto is None:   # it failed first: this process reads and labels the episodes (the same errors)
+                worker = _cancelled(worker)
+        if worker is None or rows is None or table is None:
+            rows = decoded(_read_rows(args.store, run))   # decoded once, for the labels and the pages
+            table = report.episode_table(rows)
         check_values(table, args.store)
         kw.update(_baseline(args, rows))
-        labelled = label(table, manual, auto=got[1] if got is not None else None) if len(table) else None
+        labelled = label(table, manual, auto=auto) if len(table) else None
         if worker is not None:
             worker.go()
         analysis, verdict, page = _judge(table, rows, args, kw=kw, labelled=labelled)

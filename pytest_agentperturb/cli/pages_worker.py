@@ -6,17 +6,18 @@ process at once (:meth:`PageWorker.start`: ``python -c`` running this
 module's :func:`main`, the package imported from where the caller has it)
 and hands it the store and the run (:meth:`PageWorker.send`).  While the
 caller imports pandas, the worker -- which needs neither pandas nor numpy --
-reads the run's episodes, normalises them (:func:`~..analysis.table.normalise_rows`,
-the values of :func:`~..analysis.table.normalise`) and labels them
-(:func:`~..analysis.labels.auto_labels`), sends the caller the episodes
-without their trajectories, diffs and canaries together with the labels
-(:meth:`PageWorker.rows`: the store is read once, so the analysis and the
-pages rest on the same snapshot of it), and renders the pages.  It writes
+reads the run's episodes and sends them to the caller without their
+trajectories, diffs and canaries (:meth:`PageWorker.rows`: the store is
+read once, so the analysis and the pages rest on the same snapshot of it),
+normalises them (:func:`~..analysis.table.normalise_rows`, the values of
+:func:`~..analysis.table.normalise`), labels them and sends the labels
+(:func:`~..analysis.labels.auto_labels`, :meth:`PageWorker.labels`),
+decodes each trajectory once and renders the pages.  It writes
 them only when the caller says so (:meth:`PageWorker.go`, once the episodes
 passed its checks); an input that ends first (:meth:`PageWorker.cancel`)
 writes nothing.  Manual labels (``--labels``) reach the worker before it
 renders (:meth:`PageWorker.manual`).  A worker that cannot be started, or
-fails before it sends the episodes, leaves the caller to do everything
+fails before it sends the labels, leaves the caller to do everything
 itself; one that fails later makes :meth:`PageWorker.wait` raise what it
 reported.  The pages are those of :func:`~..report.write_report` byte for byte.
 
@@ -27,6 +28,7 @@ standard error goes to a temporary file, whose last line is the error.
 from __future__ import annotations
 
 import pickle
+import queue
 import subprocess
 import sys
 import tempfile
@@ -101,18 +103,26 @@ class PageWorker:
         """The manual labels (:func:`~..analysis.labels.manual_rows` and the key columns they name)."""
         return self._put((list(rows), list(keys)))
 
-    def rows(self) -> tuple[list[dict[str, Any]], Labels] | None:
-        """The episodes as read (without :data:`HEAVY`) and their labels; None if the worker failed first.
-
-        The labels are :func:`~..analysis.labels.auto_labels` of the
-        episodes, for :func:`~..analysis.labels.label`'s ``auto``.
-        """
+    def _get(self) -> Any:
         assert self._proc.stdout is not None
         try:
-            names, values, labels = pickle.load(self._proc.stdout)
+            return pickle.load(self._proc.stdout)
         except (EOFError, OSError, pickle.UnpicklingError, ValueError, TypeError):
             return None
-        return [dict(zip(names, v)) for v in zip(*values)] if names else [], labels
+
+    def rows(self) -> list[dict[str, Any]] | None:
+        """The episodes as read, without :data:`HEAVY`; None if the worker failed first."""
+        got = self._get()
+        if got is None:
+            return None
+        names, values = got
+        return [dict(zip(names, v)) for v in zip(*values)] if names else []
+
+    def labels(self) -> Labels | None:
+        """:func:`~..analysis.labels.auto_labels` of those episodes (for :func:`~..analysis.labels.label`'s
+        ``auto``); None if the worker failed first."""
+        got = self._get()
+        return None if got is None else tuple(got)
 
     def go(self) -> bool:
         """Let the worker write the pages (the episodes passed the caller's checks).  False if it is gone."""
@@ -196,20 +206,29 @@ def _gated(pages: Iterable[tuple[str, str]], gate: _Gate) -> Iterator[tuple[str,
     yield from held
 
 
-def _send(out: IO[bytes], message: Any) -> threading.Thread:
-    """Write ``message`` to the caller from a thread: the pages render while the caller is still busy."""
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+class _Sender:
+    """Messages to the caller, written in order by a thread: the worker goes on while the caller is busy."""
 
-    def put() -> None:
-        try:
-            out.write(data)
-            out.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass   # the caller gave up on the worker (it cancels)
+    def __init__(self, out: IO[bytes]) -> None:
+        self._queue: queue.Queue[bytes | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._write, args=(out,), daemon=True)
+        self._thread.start()
 
-    t = threading.Thread(target=put, daemon=True)
-    t.start()
-    return t
+    def _write(self, out: IO[bytes]) -> None:
+        while (data := self._queue.get()) is not None:
+            try:
+                out.write(data)
+                out.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                return   # the caller gave up on the worker (it cancels)
+
+    def put(self, message: Any) -> None:
+        self._queue.put(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def close(self) -> None:
+        """Wait until every message is written (or the caller is gone)."""
+        self._queue.put(None)
+        self._thread.join()
 
 
 def _episodes(store: str, run_id: str | None) -> list[dict[str, Any]]:
@@ -231,19 +250,26 @@ def main() -> int:
         job = pickle.load(stdin)
     except (EOFError, pickle.UnpicklingError):
         return 0   # cancelled before the job was complete
-    sender = None
+    sender = _Sender(stdout)
     try:
-        from ..analysis.labels import FLIP_COLUMNS, LABEL_COLUMNS, auto_labels, manual_updates
+        raw = _episodes(job["store"], job["run_id"])
+        names = [c for c in (raw[0] if raw else ()) if c not in HEAVY]
+        sender.put((names, [[r[c] for r in raw] for c in names]))   # first: the caller analyses these
+
+        from ..analysis.labels import FLIP_COLUMNS, LABEL_COLUMNS, auto_labels, flip_flags, manual_updates
         from ..analysis.table import normalise_rows
         from ..report.episodes import decoded
         from ..report.pages import render_pages, write_pages
 
-        raw = _episodes(job["store"], job["run_id"])
-        rows = decoded(normalise_rows(raw))
-        labels = auto_labels({c: [r.get(c) for r in rows] for c in (*FLIP_COLUMNS, *LABEL_COLUMNS)})
-        names = [c for c in (raw[0] if raw else ()) if c not in HEAVY]
-        sender = _send(stdout, (names, [[r[c] for r in raw] for c in names], labels))
+        rows = normalise_rows(raw)
         del raw
+        columns = {c: [r.get(c) for r in rows] for c in FLIP_COLUMNS}
+        flips = flip_flags(columns)
+        decoded([r for r, f in zip(rows, flips) if f])   # the labels read the harmful flips' trajectories alone
+        columns.update({c: [r.get(c) for r in rows] for c in LABEL_COLUMNS})
+        labels = auto_labels(columns, flips)
+        sender.put(labels)
+        decoded(rows)   # the others', for the pages (each decoded once)
         flags, aw, aws, be, bes = labels
         for r, f, a, a_s, b, b_s in zip(rows, flags, aw, aws, be, bes):
             r.update(harmful_flip=f, awareness=a, awareness_source=a_s, behaviour=b, behaviour_source=b_s)
@@ -266,7 +292,6 @@ def main() -> int:
         sys.stderr.write(f"task pages: {type(exc).__name__}: {exc}\n")
         return 1
     finally:
-        if sender is not None:
-            sender.join()
+        sender.close()
     return 0
 
