@@ -195,7 +195,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     the checks here; the main page is written last.  Without a worker (``--jobs 1``, or
     none could be started, or it failed before sending the labels) all of it runs here.
     """
-    from .pages_worker import PageWorker
+    from .pages_worker import PageWorker, lasting
 
     worker = PageWorker.start() if _jobs(args.jobs) > 1 else None
     try:
@@ -221,7 +221,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             if auto is None:   # it failed first: this process reads and labels the episodes (the same errors)
                 worker = _cancelled(worker)
         if worker is None or rows is None or table is None:
-            rows = decoded(_read_rows(args.store, run))   # decoded once, for the labels and the pages
+            with lasting():
+                rows = decoded(_read_rows(args.store, run))   # decoded once, for the labels and the pages
             table = report.episode_table(rows)
         check_values(table, args.store)
         kw.update(_baseline(args, rows))

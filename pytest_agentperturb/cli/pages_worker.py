@@ -27,6 +27,8 @@ standard error goes to a temporary file, whose last line is the error.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import pickle
 import queue
 import subprocess
@@ -161,6 +163,26 @@ class PageWorker:
                 pass
 
 
+@contextlib.contextmanager
+def lasting() -> Iterator[None]:
+    """Make what lives until the process ends (the episodes, their decoded trajectories) out of the collector's way.
+
+    A large report decodes about a million objects that hold no reference
+    cycle and stay until the end; every full collection would walk them
+    again.  Inside, the collector is off; at the end everything there is
+    is frozen (:func:`gc.freeze`), so later collections skip it.  For a
+    command's own process (``agentperturb report`` and its page worker).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 class _Cancelled(Exception):
     """The caller's input ended before it said "go"."""
 
@@ -252,7 +274,8 @@ def main() -> int:
         return 0   # cancelled before the job was complete
     sender = _Sender(stdout)
     try:
-        raw = _episodes(job["store"], job["run_id"])
+        with lasting():
+            raw = _episodes(job["store"], job["run_id"])
         names = [c for c in (raw[0] if raw else ()) if c not in HEAVY]
         sender.put((names, [[r[c] for r in raw] for c in names]))   # first: the caller analyses these
 
@@ -269,7 +292,8 @@ def main() -> int:
         columns.update({c: [r.get(c) for r in rows] for c in LABEL_COLUMNS})
         labels = auto_labels(columns, flips)
         sender.put(labels)
-        decoded(rows)   # the others', for the pages (each decoded once)
+        with lasting():
+            decoded(rows)   # the others', for the pages (each decoded once)
         flags, aw, aws, be, bes = labels
         for r, f, a, a_s, b, b_s in zip(rows, flags, aw, aws, be, bes):
             r.update(harmful_flip=f, awareness=a, awareness_source=a_s, behaviour=b, behaviour_source=b_s)
