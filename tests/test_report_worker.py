@@ -336,3 +336,17 @@ def test_a_worker_that_dies_between_the_episodes_and_their_labels_leaves_this_pr
                         "pickle.dump((['run_id'], [[]]), sys.stdout.buffer)\nsys.stdout.flush()\nsys.exit(1)\n")
     assert _report(store, tmp_path / "two" / "agentperturb.html", "--jobs", "2") == 0
     assert _files(tmp_path / "one") == _files(tmp_path / "two")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_ENTRY, max_size=5), st.sampled_from(["", " ", "\n", " x", "]"]), st.sampled_from(["", " ", "\t"]))
+def test_decoding_once_reads_what_json_loads_reads(entries: list[Any], tail: str, head: str) -> None:
+    from pytest_agentperturb.report.episodes import decoded
+
+    text = head + json.dumps(entries) + tail
+    try:
+        want: Any = json.loads(text)
+    except ValueError:
+        want = text   # not JSON: stays text
+    got = decoded([{"trajectory": text, "canaries": ""}])[0]
+    assert got["trajectory"] == (want if isinstance(want, list) else text) and got["canaries"] == ""

@@ -231,9 +231,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             worker.go()
         analysis, verdict, page = _judge(table, rows, args, kw=kw, labelled=labelled)
         if worker is not None:
+            html = report.main_page(out, analysis, verdict, **page)   # while the worker may still be writing
             w, worker = worker, None
             w.wait()
-            report.write_main_page(out, analysis, verdict, **page)
+            report.write(out, html)
         else:
             report.write_report(out, analysis, verdict, **page)
     finally:

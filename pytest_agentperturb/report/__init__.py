@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
     from ..gate import Verdict
 
-__all__ = ["analyse", "diff_html", "episode_anchor", "episode_table", "episode_url", "highlight",
-           "image_html", "pages_folder", "records", "render_page", "task_properties_of", "trajectory_html", "write",
+__all__ = ["analyse", "diff_html", "episode_anchor", "episode_table", "episode_url", "highlight", "image_html",
+           "main_page", "pages_folder", "records", "render_page", "task_properties_of", "trajectory_html", "write",
            "write_main_page", "write_report"]
 
 
@@ -182,5 +182,9 @@ def write_report(path: Path | str, a: Analysis | None, verdict: Verdict, **kw: A
 
 def write_main_page(path: Path | str, a: Analysis | None, verdict: Verdict, **kw: Any) -> Path:
     """Write the main page alone, its task pages being written already (:func:`write_report` writes both)."""
-    p = Path(path)
-    return write(p, render_page(a, verdict, pages_url=quote(pages_folder(p).name), **kw))
+    return write(path, main_page(path, a, verdict, **kw))
+
+
+def main_page(path: Path | str, a: Analysis | None, verdict: Verdict, **kw: Any) -> str:
+    """The HTML :func:`write_main_page` writes to ``path`` (its task pages' folder linked relative to it)."""
+    return render_page(a, verdict, pages_url=quote(pages_folder(Path(path)).name), **kw)

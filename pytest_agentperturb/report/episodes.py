@@ -97,6 +97,7 @@ def highlight(text: str, canaries: Sequence[str]) -> str:
     return marker(canaries)(text)
 
 
+_DECODER = json.JSONDecoder()
 _SEP, _SLOT = "\x00", "\x01"
 #: json.dumps(x, ensure_ascii=False, sort_keys=True), without building an encoder per call
 _ARGS = dumper(sort_keys=True)
@@ -219,7 +220,12 @@ def decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             text = r.get(c)
             if isinstance(text, str) and text:
                 try:
-                    value = json.loads(text)
+                    value, end = _DECODER.raw_decode(text)   # json.loads without its two whitespace scans
+                except ValueError:
+                    end = -1
+                try:
+                    if end != len(text):
+                        value = json.loads(text)   # whitespace around it, or no JSON at its start: json.loads decides
                 except ValueError:
                     continue
                 if isinstance(value, list):
