@@ -19,12 +19,21 @@ items keeps a few dozen futures, not thousands).
 Which items come next is the plugin's business (:mod:`..plugin.schedule`).
 Nothing here crosses processes: the loop, the semaphore and the API clients
 are created lazily in the process that uses them.
+
+With ``freeze_heap`` (the session's batcher), starting the loop moves every
+object alive at that moment (modules, litellm's tables, the collected
+items: they live until the session ends) out of the cyclic garbage
+collector's reach (``gc.freeze``) until :meth:`Batcher.close`, so the full
+collections that the episodes' allocations set off now and then walk what
+the episodes made, not the whole heap of a process that imported litellm.
+Only a process whose heap nothing else froze is frozen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import gc
 import logging
 import sys
 import threading
@@ -44,10 +53,14 @@ class Batcher:
             ``concurrency`` (default: ``concurrency`` more), so that the next one
             starts the moment a slot frees up and episodes that finish before
             the one pytest waits for do not idle the connection limit.
+        freeze_heap: freeze the heap from the start of the loop to :meth:`close`
+            (see the module's docstring).
     """
 
-    def __init__(self, concurrency: int, lookahead: int | None = None) -> None:
+    def __init__(self, concurrency: int, lookahead: int | None = None, freeze_heap: bool = False) -> None:
         self.concurrency = concurrency
+        self.freeze_heap = freeze_heap
+        self._frozen = False
         # finished episodes hold their slot until claimed: the default room of one more ``concurrency``
         # lets that many finish out of order before a slow one at the head of the queue starves the limit
         self.window = concurrency + (lookahead if lookahead is not None else max(2, concurrency))
@@ -59,6 +72,9 @@ class Batcher:
     # -- the loop ------------------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
+            if self.freeze_heap and not gc.get_freeze_count():
+                gc.freeze()
+                self._frozen = True
             loop = asyncio.new_event_loop()
             self._thread = threading.Thread(target=loop.run_forever, name="agentperturb-episodes", daemon=True)
             self._thread.start()
@@ -104,6 +120,9 @@ class Batcher:
         ``top_up(n)`` is asked to submit up to ``n`` more upcoming episodes;
         it is called before waiting and each time an episode finishes, and
         only while the window has room (``key``'s own episode counts in it).
+        A full window gets room only when this thread claims a result, so
+        then it waits for ``key``'s episode alone: the other episodes'
+        ends do not wake it.
         """
         self.submit(key, factory)
         fut = self._futures[key]
@@ -112,6 +131,9 @@ class Batcher:
             if room > 0:
                 top_up(room)
             if fut.done():
+                break
+            if len(self._futures) >= self.window:  # full: nothing to top up before ``key`` is claimed
+                cf.wait((fut,))
                 break
             pending = [f for f in self._futures.values() if not f.done()]  # at most ``window`` futures
             cf.wait(pending, return_when=cf.FIRST_COMPLETED)
@@ -149,3 +171,6 @@ class Batcher:
             self._thread.join(timeout=10)
         loop.close()
         self._loop = self._thread = None
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
