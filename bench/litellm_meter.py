@@ -19,8 +19,9 @@ Loaded into the benchmark's pytest runs as a plugin (``-p litellm_meter``,
 this folder on ``PYTHONPATH``): with ``AGENTPERTURB_BENCH_METER`` naming a
 file, it writes there at the end of the session the process's CPU seconds
 from the start of the test loop to the end of the session (start-up,
-collection and litellm's import left out), litellm's metered CPU seconds
-and its number of calls; with ``AGENTPERTURB_BENCH_METER_LITELLM=1`` it
+collection and litellm's import left out), those of pytest's main thread
+over the same window and the episode loop's thread over its life,
+litellm's metered CPU seconds and its number of calls; with ``AGENTPERTURB_BENCH_METER_LITELLM=1`` it
 also imports and wraps litellm (in ``pytest_configure``, so the import is
 outside that window).
 """
@@ -91,6 +92,17 @@ class Metered:
                 value, exc = None, e
 
 
+def loop_thread_cpu() -> float:
+    """CPU seconds of the episode loop's thread so far (0 when there is none)."""
+    for t in threading.enumerate():
+        if t.name == LOOP_THREAD and t.ident is not None:
+            try:
+                return time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            except OSError:
+                return 0.0
+    return 0.0
+
+
 def other_threads_cpu() -> dict[str, float]:
     """CPU seconds of every live thread but the main one, the episode loop's and the caller's, by name."""
     skip = {threading.main_thread().ident, threading.get_ident()}
@@ -112,7 +124,8 @@ class MeterPlugin:
         self.path = path
         self.meter: Meter | None = None
         self.threads: dict[str, float] = {}
-        self.cpu0 = 0.0
+        self.loop_cpu = 0.0
+        self.cpu0 = self.main0 = 0.0
         if meter_litellm:
             from pytest_agentperturb.agents.litellm_agent import import_litellm
 
@@ -121,15 +134,18 @@ class MeterPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self) -> None:
-        self.cpu0 = time.process_time()
+        self.cpu0, self.main0 = time.process_time(), time.thread_time()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:
         self.threads = other_threads_cpu()  # before the episode loop shuts its executor down
+        self.loop_cpu = loop_thread_cpu()
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:
         data = {"window_cpu_s": time.process_time() - self.cpu0,
+                "main_thread_cpu_s": time.thread_time() - self.main0,
+                "loop_thread_cpu_s": self.loop_cpu,
                 "litellm_loop_cpu_s": self.meter.loop_cpu if self.meter else 0.0,
                 "litellm_threads_cpu_s": sum(self.threads.values()) if self.meter else 0.0,
                 "litellm_calls": self.meter.calls if self.meter else 0,

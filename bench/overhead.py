@@ -83,6 +83,9 @@ class Run:
     window_cpu: float  # from the start of the test loop to the end of the session
     litellm_cpu: float  # metered: litellm's coroutine steps on the episode loop and its threads
     calls: int
+    main_cpu: float  # pytest's main thread over the window
+    loop_cpu: float  # the episode loop's thread
+    litellm_loop_cpu: float  # litellm's metered steps on the episode loop
 
 
 @dataclass
@@ -95,6 +98,8 @@ class Marginal:
     litellm_ms: float  # litellm's metered CPU
     calls: float  # litellm calls
     fixed_wall_s: float  # wall seconds at zero episodes
+    main_ms: float  # pytest's main thread
+    loop_ms: float  # the episode loop's thread, litellm's metered steps left out
 
 
 def run(cwd: Path, agent: str, repeats: int, extra: list[str]) -> Run:
@@ -114,7 +119,8 @@ def run(cwd: Path, agent: str, repeats: int, extra: list[str]) -> Run:
         sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     meter = json.loads(meter_file.read_text(encoding="utf-8"))
     return Run(int(m.group(1)), wall, cpu, meter["window_cpu_s"],
-               meter["litellm_loop_cpu_s"] + meter["litellm_threads_cpu_s"], meter["litellm_calls"])
+               meter["litellm_loop_cpu_s"] + meter["litellm_threads_cpu_s"], meter["litellm_calls"],
+               meter["main_thread_cpu_s"], meter["loop_thread_cpu_s"], meter["litellm_loop_cpu_s"])
 
 
 def timed(cmd: list[str], cwd: Path, timeout: float,
@@ -133,10 +139,14 @@ def timed(cmd: list[str], cwd: Path, timeout: float,
 def marginal(small: Run, large: Run) -> Marginal:
     """The cost of one more episode, from a small and a large run."""
     dn = large.episodes - small.episodes
-    wall_ms = (large.wall - small.wall) / dn * 1000
-    return Marginal(wall_ms, (large.window_cpu - small.window_cpu) / dn * 1000, (large.cpu - small.cpu) / dn * 1000,
-                    (large.litellm_cpu - small.litellm_cpu) / dn * 1000, (large.calls - small.calls) / dn,
-                    small.wall - small.episodes * wall_ms / 1000)
+
+    def per(attr: str) -> float:
+        return float(getattr(large, attr) - getattr(small, attr)) / dn
+
+    wall_ms = per("wall") * 1000
+    return Marginal(wall_ms, per("window_cpu") * 1000, per("cpu") * 1000, per("litellm_cpu") * 1000, per("calls"),
+                    small.wall - small.episodes * wall_ms / 1000, per("main_cpu") * 1000,
+                    (per("loop_cpu") - per("litellm_loop_cpu")) * 1000)
 
 
 def litellm_alone(base: str, calls: int, concurrency: int) -> dict[str, float]:
@@ -219,6 +229,13 @@ def main() -> int:
           f"{med([al['litellm_unmetered_ms_per_call'] for al in alones]):.1f} per call, from litellm alone)")
     print(f"litellm.acompletion alone, a separate process: {alone_cpu:.1f} ms CPU per call; "
           f"total minus k x that: {versus_alone:.1f} ms per litellm episode (cross-check)")
+    unmetered = [m.calls * al["litellm_unmetered_ms_per_call"] for m, al in zip(llms, alones)]
+    main_ms, loop_ms = med([m.main_ms for m in llms]), med([m.loop_ms - u for m, u in zip(llms, unmetered)])
+    print(f"where the harness's CPU goes per litellm episode: pytest's main thread {main_ms:.1f} ms (items, hooks, "
+          f"store, analysis and report), the episode loop's thread {loop_ms:.1f} ms (episodes and the agent's loop, "
+          f"litellm's share left out), other threads {med([h - m.main_ms - (m.loop_ms - u) for h, m, u in zip(harness, llms, unmetered)]):.1f} ms; "
+          f"{REFERENCE_AGENT}: main thread {med([m.main_ms for m in refs]):.1f} ms, episode loop "
+          f"{med([m.loop_ms for m in refs]):.1f} ms")
     print(f"harness overhead per litellm episode (total minus litellm's own work, per round): "
           f"{', '.join(f'{h:.1f}' for h in harness)} ms; median {head:.1f} ms")
     print("for comparison: inspect_ai with its mock model (no HTTP call), about 8.8 ms per sample and 3.2 s "
