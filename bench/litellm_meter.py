@@ -18,12 +18,14 @@ measures that share as the process's CPU minus the meter's, and
 Loaded into the benchmark's pytest runs as a plugin (``-p litellm_meter``,
 this folder on ``PYTHONPATH``): with ``AGENTPERTURB_BENCH_METER`` naming a
 file, it writes there at the end of the session the process's CPU seconds
-from the start of the test loop to the end of the session (start-up,
-collection and litellm's import left out), those of pytest's main thread
-over the same window and the episode loop's thread over its life,
-litellm's metered CPU seconds and its number of calls; with ``AGENTPERTURB_BENCH_METER_LITELLM=1`` it
-also imports and wraps litellm (in ``pytest_configure``, so the import is
-outside that window).
+of the test loop (from its start to the start of the session's end:
+start-up, collection and litellm's import left out) and of the end (the
+analysis and the report), those pytest's thread spent making variants (and
+their digests) and spent in the test loop, those of the episode loop's thread, litellm's
+metered CPU seconds and its number of calls, and the samples of those
+times taken every few items during the test loop; with
+``AGENTPERTURB_BENCH_METER_LITELLM=1`` it also imports and wraps litellm
+(in ``pytest_configure``, so the import is outside every phase).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ import pytest
 
 #: the episode loop's thread (``pytest_agentperturb/run/batcher.py``)
 LOOP_THREAD = "agentperturb-episodes"
+#: items between two samples of the cumulative CPU times, and what each sample holds
+SAMPLE_EVERY = 8
+SAMPLE_FIELDS = ("items", "process", "variants", "litellm_loop", "litellm_threads", "main_thread", "loop_thread")
 
 
 class Meter:
@@ -118,38 +123,81 @@ def other_threads_cpu() -> dict[str, float]:
 
 
 class MeterPlugin:
-    """The pytest side: the window's CPU time and litellm's metered share, written to a JSON file."""
+    """The pytest side: CPU seconds of the run's phases and litellm's metered share, written to a JSON file.
+
+    Phases: the test loop (from its start to the start of the session's
+    end; the episodes, and the variants made on the way, whose CPU time on
+    pytest's thread is taken apart) and the end (the analysis, the report,
+    the summary, to the end of ``pytest_unconfigure``).  During the test
+    loop, every ``SAMPLE_EVERY`` items, the cumulative CPU times are sampled
+    (:data:`SAMPLE_FIELDS`): their slope against the items done is the cost
+    of one more episode within this one process.
+    """
 
     def __init__(self, path: str, meter_litellm: bool) -> None:
         self.path = path
         self.meter: Meter | None = None
         self.threads: dict[str, float] = {}
-        self.loop_cpu = 0.0
-        self.cpu0 = self.main0 = 0.0
+        self.loop_thread = self.variants = 0.0
+        self.cpu0 = self.main0 = self.end0 = 0.0
+        self.loop_phase = self.main_loop_phase = 0.0
+        self.items = 0
+        self.samples: list[tuple[int, float, float, float, float, float, float]] = []
+        self._wrap_variants()
         if meter_litellm:
             from pytest_agentperturb.agents.litellm_agent import import_litellm
 
             self.meter = Meter()
             self.meter.wrap(import_litellm())
 
+    def _wrap_variants(self) -> None:
+        """Count the CPU time of making variants and their digests (once per task, family and seed, on pytest's
+        thread, however many episodes use them)."""
+        from pytest_agentperturb.plugin.variants import VariantCache
+
+        original = VariantCache.get
+        plugin = self
+
+        def get(cache: Any, item: Any) -> Any:
+            t = time.thread_time()
+            try:
+                return original(cache, item)
+            finally:
+                plugin.variants += time.thread_time() - t
+
+        VariantCache.get = get  # type: ignore[method-assign,assignment]
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self) -> None:
         self.cpu0, self.main0 = time.process_time(), time.thread_time()
 
+    def pytest_runtest_logfinish(self) -> None:
+        """Every ``SAMPLE_EVERY`` items: cumulative CPU seconds against the number of items done."""
+        self.items += 1
+        if self.items % SAMPLE_EVERY:
+            return
+        litellm_threads = sum(other_threads_cpu().values()) if self.meter else 0.0
+        self.samples.append((self.items, time.process_time(), self.variants,
+                             self.meter.loop_cpu if self.meter else 0.0, litellm_threads, time.thread_time(),
+                             loop_thread_cpu()))
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:
+        self.end0 = time.process_time()
+        self.loop_phase, self.main_loop_phase = self.end0 - self.cpu0, time.thread_time() - self.main0
         self.threads = other_threads_cpu()  # before the episode loop shuts its executor down
-        self.loop_cpu = loop_thread_cpu()
+        self.loop_thread = loop_thread_cpu()
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:
-        data = {"window_cpu_s": time.process_time() - self.cpu0,
-                "main_thread_cpu_s": time.thread_time() - self.main0,
-                "loop_thread_cpu_s": self.loop_cpu,
+        data = {"loop_phase_cpu_s": self.loop_phase, "end_cpu_s": time.process_time() - self.end0,
+                "variants_cpu_s": self.variants, "main_loop_phase_cpu_s": self.main_loop_phase,
+                "loop_thread_cpu_s": self.loop_thread,
                 "litellm_loop_cpu_s": self.meter.loop_cpu if self.meter else 0.0,
                 "litellm_threads_cpu_s": sum(self.threads.values()) if self.meter else 0.0,
                 "litellm_calls": self.meter.calls if self.meter else 0,
-                "threads": sorted(self.threads)}
+                "threads": sorted(self.threads),
+                "items": self.items, "sample_fields": list(SAMPLE_FIELDS), "samples": self.samples}
         with open(self.path, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
 

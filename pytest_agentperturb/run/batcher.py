@@ -141,7 +141,15 @@ class Batcher:
         return fut.result()
 
     def close(self) -> None:
-        """Cancel what is still scheduled, close API clients, stop the loop."""
+        """Cancel what is still scheduled, close API clients, stop the loop; unfreeze the heap in any case."""
+        try:
+            self._close()
+        finally:
+            if self._frozen:
+                gc.unfreeze()
+                self._frozen = False
+
+    def _close(self) -> None:
         if self._loop is None:
             return
         for f in self._futures.values():
@@ -171,6 +179,3 @@ class Batcher:
             self._thread.join(timeout=10)
         loop.close()
         self._loop = self._thread = None
-        if self._frozen:
-            gc.unfreeze()
-            self._frozen = False
