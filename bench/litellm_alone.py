@@ -6,9 +6,16 @@ at a time, each call the first request of a task of the built-in workflows
 suite (its system prompt, earlier turns, request and tools), against an
 OpenAI-compatible endpoint such as ``tests/fake_openai.py``.  After a
 warm-up (clients, lazy imports) it prints the calls per second and
-litellm's CPU milliseconds per call (every thread of this process).
+litellm's CPU milliseconds per call (every thread of this process, less
+the driver's own: the same ``calls`` with a call that does nothing).
 ``bench/overhead.py`` and ``bench/concurrency.py`` run it next to the
 harness.
+
+The calls are metered (``bench/litellm_meter.py``) as in the benchmark's
+pytest runs, and it also prints what the meter sees of a call (litellm's
+coroutine steps and its threads) and the rest (``unmetered``: event-loop
+work on litellm's behalf outside its coroutine), which ``bench/overhead.py``
+adds to the metered share it measures in its own runs.
 
 Usage::
 
@@ -29,7 +36,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from litellm_meter import Meter, other_threads_cpu  # noqa: E402 (a sibling bench module)
 from pytest_agentperturb.agents.litellm_agent import ASK_USER_TOOL, call_kwargs, import_litellm  # noqa: E402
 from pytest_agentperturb.model.options import LLMSettings  # noqa: E402
 
@@ -56,6 +65,14 @@ async def calls(litellm: Any, kw: dict[str, Any], requests: Any, n: int, concurr
     await asyncio.gather(*(one(*next(requests)) for _ in range(n)))
 
 
+class NullLitellm:
+    """A stand-in whose ``acompletion`` does nothing but yield once: the driver's own cost per call."""
+
+    @staticmethod
+    async def acompletion(**_: Any) -> None:
+        await asyncio.sleep(0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("api_base")
@@ -64,17 +81,27 @@ def main() -> int:
     a = ap.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "sk-bench-fake")
     litellm = import_litellm()
+    meter = Meter()
+    meter.wrap(litellm)
     kw = call_kwargs("openai/fake", LLMSettings(api_base=a.api_base))
     requests = itertools.cycle(first_requests(ROOT / "suites" / "workflows"))
 
-    async def run() -> tuple[float, float]:
+    async def run() -> tuple[float, float, float]:
+        await calls(NullLitellm, kw, requests, a.calls, a.concurrency)  # warm-up of the driver
+        cpu = time.process_time()
+        await calls(NullLitellm, kw, requests, a.calls, a.concurrency)
+        driver = time.process_time() - cpu
         await calls(litellm, kw, requests, min(a.calls, 2 * a.concurrency), a.concurrency)  # warm-up
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, metered, threads = time.perf_counter(), time.process_time(), meter.loop_cpu, other_threads_cpu()
         await calls(litellm, kw, requests, a.calls, a.concurrency)
-        return time.perf_counter() - wall, time.process_time() - cpu
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu - driver
+        metered = meter.loop_cpu - metered + sum(v - threads.get(k, 0.0) for k, v in other_threads_cpu().items())
+        return wall, cpu, metered
 
-    wall, cpu = asyncio.run(run())
+    wall, cpu, metered = asyncio.run(run())
     print(f"calls_per_s: {a.calls / wall:.2f}")
+    print(f"litellm_metered_ms_per_call: {metered / a.calls * 1000:.2f}")
+    print(f"litellm_unmetered_ms_per_call: {(cpu - metered) / a.calls * 1000:.2f}")
     print(f"litellm_cpu_ms_per_call: {cpu / a.calls * 1000:.2f}")
     return 0
 

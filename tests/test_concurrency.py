@@ -163,17 +163,3 @@ def test_a_scope_is_one_task_for_one_model(pytester: pytest.Pytester) -> None:
     assert [ids[i] for i in a.sent] == [f"suites/s::t0::f{f}[openai/x]" for f in range(4)]
     assert [ids[i] for i in b.sent] == [f"suites/s::t0::f{f}[reference/y]" for f in range(4)]
 
-
-def test_the_episode_phase_freezes_what_litellm_left_and_thaws_it_at_close() -> None:
-    import gc
-
-    assert "litellm" in sys.modules and gc.get_freeze_count() == 0  # imported by the preimported fixture
-    async def frozen() -> int:
-        return gc.get_freeze_count()
-
-    b = Batcher(concurrency=2)
-    try:
-        assert b.call(frozen) > 100_000
-    finally:
-        b.close()
-    assert gc.get_freeze_count() == 0

@@ -19,10 +19,13 @@ from collections.abc import Mapping
 from typing import Any
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
+_SECRET_NAME_BYTES = re.compile(_SECRET_NAME.pattern.encode(), re.I)
 _LITELLM_KEY = re.compile(r"[a-z0-9_]*_key|key|token")
 MIN_LENGTH = 8
 #: litellm's key-like attribute names, sorted, for the size of its namespace they were read from
 _litellm_names: tuple[int, list[str]] = (-1, [])
+#: environment variable name (as ``os.environ`` stores it) -> whether it looks key-like
+_key_like: dict[bytes | str, bool] = {}
 
 
 def secrets() -> dict[str, str]:
@@ -35,8 +38,8 @@ def secrets() -> dict[str, str]:
     """
     global _litellm_names
     found: dict[str, str] = {}
-    for name, value in _environment():
-        if len(value) >= MIN_LENGTH and _SECRET_NAME.search(name):
+    for name, value in _secret_variables():
+        if len(value) >= MIN_LENGTH:
             found.setdefault(value, f"<{name}>")
     litellm = sys.modules.get("litellm")
     if litellm is not None:
@@ -48,6 +51,32 @@ def secrets() -> dict[str, str]:
             if isinstance(setting, str) and len(setting) >= MIN_LENGTH:
                 found.setdefault(setting, f"<litellm.{attr}>")
     return dict(sorted(found.items(), key=lambda kv: -len(kv[0])))
+
+
+def _secret_variables() -> list[tuple[str, str]]:
+    """(name, value) of every environment variable whose name looks key-like, in ``os.environ``'s order.
+
+    CPython's ``os.environ`` keeps its variables in a plain dict (encoded
+    names and values); one copy of it is a single C-level step that
+    pytest's thread, setting ``PYTEST_CURRENT_TEST`` meanwhile, cannot break,
+    and only the values of key-like names are decoded (whether a name is
+    key-like is remembered).  This runs once per episode: walking the mapping
+    itself decodes every name and value of the environment each time.
+    """
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if not isinstance(data, dict):  # not CPython's mapping: the walk
+        return [(name, value) for name, value in _environment() if _SECRET_NAME.search(name)]
+    if len(_key_like) > 4096:  # an environment that keeps inventing names: start over
+        _key_like.clear()
+    out = []
+    for key, value in data.copy().items():
+        like = _key_like.get(key)
+        if like is None:
+            like = _key_like[key] = bool((_SECRET_NAME_BYTES if isinstance(key, bytes) else _SECRET_NAME).search(key))
+        if like:
+            out.append((env.decodekey(key), env.decodevalue(value)))
+    return out
 
 
 def _environment() -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ package; :mod:`.task` builds the :class:`~.task.Task` from it
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -236,11 +237,7 @@ def select(state: Any, path: str) -> list[Any]:
     of event EV-1.  Always returns a list (empty when nothing matches).
     """
     current = [state]
-    for part in _split_path(path):
-        m = _SEGMENT.fullmatch(part)
-        if not m:
-            raise ValueError(f"bad path segment {part!r} in {path!r}")
-        key, flt = m.group(1), m.group(2)
+    for key, flt in _parse_path(path):
         nxt: list[Any] = []
         for node in current:
             if key is not None:
@@ -262,6 +259,19 @@ def select(state: Any, path: str) -> list[Any]:
                 nxt.extend(e for e in node if isinstance(e, Mapping) and str(e.get(k)) == v)
         current = nxt
     return current
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_path(path: str) -> tuple[tuple[str | None, str | None], ...]:
+    """``path``'s segments as (key, filter) pairs, parsed once per path (graders read the same paths
+    in every episode)."""
+    out = []
+    for part in _split_path(path):
+        m = _SEGMENT.fullmatch(part)
+        if not m:
+            raise ValueError(f"bad path segment {part!r} in {path!r}")
+        out.append((m.group(1), m.group(2)))
+    return tuple(out)
 
 
 def _split_path(path: str) -> Iterator[str]:

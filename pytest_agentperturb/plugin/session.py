@@ -369,7 +369,7 @@ class AgentPerturbSession:
             from ..run.batcher import Batcher
 
             prepare(self._agents.values(), self.llm)  # e.g. litellm's import: seconds that would stall the loop
-            self._batcher = Batcher(self.llm.concurrency)
+            self._batcher = Batcher(self.llm.concurrency, freeze_heap=True)
         return self._batcher
 
     def run_item(self, item: PerturbItem) -> None:

@@ -18,12 +18,18 @@ items keeps a few dozen futures, not thousands).
 
 Which items come next is the plugin's business (:mod:`..plugin.schedule`).
 Nothing here crosses processes: the loop, the semaphore and the API clients
-are created lazily in the process that uses them.  While the loop runs, what
-was alive when it started (litellm's import above all) is frozen out of the
-cyclic collector's full passes (``gc.freeze``).  The loop's default
+are created lazily in the process that uses them.  The loop's default
 executor is :class:`~..agents.litellm_agent.LoopExecutor` (litellm prepares
 its requests there; inline rather than in a thread, where the provider
 allows).
+
+With ``freeze_heap`` (the session's batcher), starting the loop moves every
+object alive at that moment (modules, litellm's tables, the collected
+items: they live until the session ends) out of the cyclic garbage
+collector's reach (``gc.freeze``) until :meth:`Batcher.close`, so the full
+collections that the episodes' allocations set off now and then walk what
+the episodes made, not the whole heap of a process that imported litellm.
+Only a process whose heap nothing else froze is frozen.
 """
 
 from __future__ import annotations
@@ -50,10 +56,14 @@ class Batcher:
             ``concurrency`` (default: ``concurrency`` more), so that the next one
             starts the moment a slot frees up and episodes that finish before
             the one pytest waits for do not idle the connection limit.
+        freeze_heap: freeze the heap from the start of the loop to :meth:`close`
+            (see the module's docstring).
     """
 
-    def __init__(self, concurrency: int, lookahead: int | None = None) -> None:
+    def __init__(self, concurrency: int, lookahead: int | None = None, freeze_heap: bool = False) -> None:
         self.concurrency = concurrency
+        self.freeze_heap = freeze_heap
+        self._frozen = False
         # finished episodes hold their slot until claimed: the default room of one more ``concurrency``
         # lets that many finish out of order before a slow one at the head of the queue starves the limit
         self.window = concurrency + (lookahead if lookahead is not None else max(2, concurrency))
@@ -61,16 +71,13 @@ class Batcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._sem: asyncio.Semaphore | None = None
-        self._frozen = False
 
     # -- the loop ------------------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             from ..agents.litellm_agent import LoopExecutor
 
-            if "litellm" in sys.modules:
-                # litellm's import leaves some 400k long-lived objects: frozen for the episode phase, the
-                # cyclic collector no longer walks them at every full collection (thawed in close())
+            if self.freeze_heap and not gc.get_freeze_count():
                 gc.freeze()
                 self._frozen = True
             loop = asyncio.new_event_loop()
@@ -119,6 +126,9 @@ class Batcher:
         ``top_up(n)`` is asked to submit up to ``n`` more upcoming episodes;
         it is called before waiting and each time an episode finishes, and
         only while the window has room (``key``'s own episode counts in it).
+        A full window gets room only when this thread claims a result, so
+        then it waits for ``key``'s episode alone: the other episodes'
+        ends do not wake it.
         """
         self.submit(key, factory)
         fut = self._futures[key]
@@ -128,13 +138,24 @@ class Batcher:
                 top_up(room)
             if fut.done():
                 break
+            if len(self._futures) >= self.window:  # full: nothing to top up before ``key`` is claimed
+                cf.wait((fut,))
+                break
             pending = [f for f in self._futures.values() if not f.done()]  # at most ``window`` futures
             cf.wait(pending, return_when=cf.FIRST_COMPLETED)
         del self._futures[key]
         return fut.result()
 
     def close(self) -> None:
-        """Cancel what is still scheduled, close API clients, stop the loop."""
+        """Cancel what is still scheduled, close API clients, stop the loop; unfreeze the heap in any case."""
+        try:
+            self._close()
+        finally:
+            if self._frozen:
+                gc.unfreeze()
+                self._frozen = False
+
+    def _close(self) -> None:
         if self._loop is None:
             return
         for f in self._futures.values():
@@ -164,6 +185,3 @@ class Batcher:
             self._thread.join(timeout=10)
         loop.close()
         self._loop = self._thread = None
-        if self._frozen:
-            gc.unfreeze()
-            self._frozen = False

@@ -142,8 +142,9 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
         if timeout_s is None:
             await agent.run(ctx)
         else:
-            await asyncio.wait_for(agent.run(ctx), timeout=timeout_s)
-    except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout_s):  # in this task: no second task per episode, unlike wait_for
+                await agent.run(ctx)
+    except TimeoutError:
         rec.error = f"EpisodeTimeout: no answer within {timeout_s:g} s"
     except Exception as exc:  # harness or provider failure: an ERROR, never a FAIL
         rec.error = f"{type(exc).__name__}: {exc}"[:500]

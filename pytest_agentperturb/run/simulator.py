@@ -96,7 +96,15 @@ class UserSimulator:
     def __init__(self, task: Task, recovery: Sequence[str], canaries: Iterable[Canary] = ()) -> None:
         self.task = task
         self._recovery = set(recovery)
-        self.guard = LeakGuard(task, recovery, canaries)
+        self._annotation, self._canaries = tuple(recovery), tuple(canaries)
+        self._guard: LeakGuard | None = None
+
+    @property
+    def guard(self) -> LeakGuard:
+        """The instance's leak guard: built at the first reply that needs it (most episodes ask nothing)."""
+        if self._guard is None:
+            self._guard = LeakGuard(self.task, self._annotation, self._canaries)
+        return self._guard
 
     @property
     def matcher(self) -> Matcher:

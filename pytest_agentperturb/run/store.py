@@ -42,6 +42,8 @@ _TYPES = {
 KEY = ("run_id", "model", "suite", "task", "family", "seed", "repeat")
 _EXTRA = ("variant_digest", "recorded_at")
 _FIX = "point --agentperturb-store (or --store) at another file, or move this one away"
+_INSERT_EPISODE = (f"INSERT OR REPLACE INTO episodes ({', '.join([*STORE_COLUMNS, *_EXTRA])}) "
+                   f"VALUES ({', '.join('?' * (len(STORE_COLUMNS) + len(_EXTRA)))})")
 
 
 def _episodes_ddl(table: str) -> str:
@@ -135,17 +137,8 @@ class Store:
             self._conn.execute("CREATE TABLE IF NOT EXISTS variants (variant_digest TEXT PRIMARY KEY, "
                                "family TEXT, operator TEXT, diff TEXT, canaries TEXT)")
 
-    def _tx(self) -> Any:
-        conn = self._conn
-
-        class _Tx:
-            def __enter__(self) -> None:
-                conn.execute("BEGIN IMMEDIATE")
-
-            def __exit__(self, exc_type: Any, *_: Any) -> None:
-                conn.execute("ROLLBACK" if exc_type else "COMMIT")
-
-        return _Tx()
+    def _tx(self) -> _Tx:
+        return _Tx(self._conn)
 
     def close(self) -> None:
         self._conn.close()
@@ -198,13 +191,9 @@ class Store:
              described: tuple[str, str, str, list[Any]] | None) -> None:
         """One transaction: the episode, and its variant (family, operator, diff, canaries) if new."""
         row = rec.to_row()
-        names = [*STORE_COLUMNS, "variant_digest", "recorded_at"]
         vals = [row[c] for c in STORE_COLUMNS] + [variant_digest, time.time()]
         with self._tx():
-            self._conn.execute(
-                f"INSERT OR REPLACE INTO episodes ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                vals,
-            )
+            self._conn.execute(_INSERT_EPISODE, vals)
             if described is not None and variant_digest and variant_digest not in self._variants_written:
                 self._put_variant(variant_digest, described)
         if described is not None and variant_digest:
@@ -322,6 +311,21 @@ class Store:
         where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
         rows = self._read(f"SELECT COUNT(*) FROM episodes {where}", args)
         return int(rows[0][0]) if rows else 0
+
+
+class _Tx:
+    """One write transaction: ``BEGIN IMMEDIATE``, then ``COMMIT`` (``ROLLBACK`` on an exception)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
