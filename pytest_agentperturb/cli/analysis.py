@@ -13,6 +13,7 @@ status 1.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import logging
@@ -198,6 +199,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .pages_worker import PageWorker, lasting
 
     worker = PageWorker.start() if _jobs(args.jobs) > 1 else None
+    thaw = not gc.get_freeze_count()  # what lasting() freezes stays frozen for this command only
     try:
         run = _run_of(args.store, args.run_id)
         out = Path(args.out)
@@ -240,6 +242,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     finally:
         if worker is not None:
             worker.cancel()   # an error before "go": the worker writes nothing
+        if thaw:
+            gc.unfreeze()   # run in-process (a test, a caller's script): leave its collector as it was
     log.info("report: %s (%d episodes; task pages in %s)", args.out, len(rows), report.pages_folder(args.out))
     return _finish(verdict)
 

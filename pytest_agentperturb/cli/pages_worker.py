@@ -171,7 +171,8 @@ def lasting() -> Iterator[None]:
     cycle and stay until the end; every full collection would walk them
     again.  Inside, the collector is off; at the end everything there is
     is frozen (:func:`gc.freeze`), so later collections skip it.  For a
-    command's own process (``agentperturb report`` and its page worker).
+    command's own process (``agentperturb report``, which thaws it again at
+    its end when it runs inside another program, and its page worker).
     """
     enabled = gc.isenabled()
     gc.disable()
