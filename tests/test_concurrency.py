@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAI, StepsPolicy, preimported  # noqa: F401 (fixture)
@@ -120,18 +121,23 @@ class FakeNode:
         self.shutting_down = True
 
 
-def test_the_scheduler_tops_a_worker_up_before_its_window_drains(pytester: pytest.Pytester) -> None:
-    """A worker gets the next task while it still holds a window of items (xdist's loadscope waits for 2)."""
+def scheduled(pytester: pytest.Pytester, ids: list[str], keep: int) -> tuple[Any, FakeNode, FakeNode]:
+    """The plugin's xdist scheduler after its first distribution of ``ids`` to two workers."""
     from pytest_agentperturb.plugin.distribute import scheduler
 
-    config = pytester.parseconfig("--tx", "2*popen")
-    ids = [f"suites/s::t{t}::f{f}[m]" for t in range(5) for f in range(10)]  # 5 tasks x 10 items
-    sched = scheduler(config, None, keep=8)
+    sched = scheduler(pytester.parseconfig("--tx", "2*popen"), None, keep=keep)
     a, b = FakeNode("a"), FakeNode("b")
     for node in (a, b):
         sched.add_node(node)
         sched.add_node_collection(node, ids)
     sched.schedule()
+    return sched, a, b
+
+
+def test_the_scheduler_tops_a_worker_up_before_its_window_drains(pytester: pytest.Pytester) -> None:
+    """A worker gets the next task while it still holds a window of items (xdist's loadscope waits for 2)."""
+    ids = [f"suites/s::t{t}::f{f}[m]" for t in range(5) for f in range(10)]  # 5 tasks x 10 items
+    sched, a, b = scheduled(pytester, ids, keep=8)
     assert a.sent == list(range(10)) and b.sent == list(range(10, 20))  # one whole task each
     for i in range(3):  # three of a's items done: 7 pending, under the window of 8
         sched.mark_test_complete(a, i)
@@ -150,16 +156,8 @@ def test_the_scheduler_tops_a_worker_up_before_its_window_drains(pytester: pytes
 
 def test_a_scope_is_one_task_for_one_model(pytester: pytest.Pytester) -> None:
     """Each task's items for one model go to one worker (variants are made once per task there)."""
-    from pytest_agentperturb.plugin.distribute import scheduler
-
-    config = pytester.parseconfig("--tx", "2*popen")
     ids = [f"suites/s::t{t}::f{f}[{m}]" for t in range(2) for f in range(4) for m in ("openai/x", "reference/y")]
-    sched = scheduler(config, None, keep=2)
-    a, b = FakeNode("a"), FakeNode("b")
-    for node in (a, b):
-        sched.add_node(node)
-        sched.add_node_collection(node, ids)
-    sched.schedule()
+    _, a, b = scheduled(pytester, ids, keep=2)
     assert [ids[i] for i in a.sent] == [f"suites/s::t0::f{f}[openai/x]" for f in range(4)]
     assert [ids[i] for i in b.sent] == [f"suites/s::t0::f{f}[reference/y]" for f in range(4)]
 
