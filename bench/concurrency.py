@@ -1,13 +1,18 @@
 """Throughput of ``pytest --agentperturb`` against a local OpenAI-compatible server.
 
-Starts ``tests/fake_openai.py`` (every reply after a fixed latency, ``k`` calls
-per episode) in its own process, then runs the real path -- ``pytest
---agentperturb suites/workflows --agentperturb-model openai/fake-*`` -- in a
-subprocess, and prints:
+Serves ``tests/fake_openai.py`` (every reply after a fixed latency, ``k`` calls
+per episode) from a thread of this process, then runs the real path --
+``pytest --agentperturb suites/workflows --agentperturb-model openai/fake-*`` --
+in a subprocess, and prints:
 
 * achieved episodes/s over the ideal ``concurrency / (k x latency)``, both
   end to end (the whole pytest process, start-up and collection included)
   and over the episode phase (the session's own "wall time");
+* where the rest of the wall time goes, from the server's side: start-up
+  (process start to the first request: imports, collection, litellm's
+  import), the episode phase (first request to last reply) with the mean
+  number of requests in flight and its share of the ideal, and the tail
+  (last reply to exit: analysis, report);
 * the harness's own CPU seconds per episode (user + sys of the pytest
   process; the server runs elsewhere);
 * the ceiling: litellm on its own (``bench/litellm_alone.py``: the same
@@ -21,22 +26,32 @@ last line is the end-to-end share of the ideal, ``efficiency: <ratio>``.
 
 Usage::
 
-    python bench/concurrency.py [--concurrency 32] [--latency 2.0] [--steps 4] [--models 3] [-n 0] [--ceiling 1600]
+    python bench/concurrency.py [--concurrency 32] [--latency 2.0] [--steps 4] [--models 3] [--repeats 1]
+                                [-n 0] [--ceiling 1600]
+
+With ``-n N`` each of the N worker processes keeps ``--concurrency`` episodes
+in flight, so the ideal is N times as high (``-n 2 --concurrency 16``: 32 in
+flight in all).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import PLUGINS_OFF, timed  # noqa: E402 (a sibling bench script)
+
+sys.path.insert(0, str(ROOT / "tests"))
+from fake_openai import FakeOpenAI, StepsPolicy  # noqa: E402 (the tests' local server)
 
 
 def main() -> int:
@@ -45,53 +60,65 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=2.0, help="seconds per model call (a typical tool-calling turn)")
     ap.add_argument("--steps", type=int, default=4, help="model calls per episode (k)")
     ap.add_argument("--models", type=int, default=3, help="fake models (each x 117 items)")
+    ap.add_argument("--repeats", type=int, default=1, help="--agentperturb-repeats (episodes per item)")
     ap.add_argument("-n", "--workers", type=int, default=0, help="xdist workers (0: no xdist)")
     ap.add_argument("--ceiling", type=int, default=1600, help="calls of the litellm-alone run (0: skip it)")
     a = ap.parse_args()
 
-    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", str(a.latency),
-                               "--steps", str(a.steps)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline().split()[1])
+    with FakeOpenAI(StepsPolicy(a.steps, a.latency)) as server:
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(ROOT / "suites" / "workflows", Path(tmp) / "suites" / "workflows")
             models = [arg for i in range(a.models) for arg in ("--agentperturb-model", f"openai/fake-{i}")]
             cmd = [sys.executable, "-m", "pytest", "--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider",
-                   *PLUGINS_OFF, *models, "--agentperturb-api-base", f"http://127.0.0.1:{port}/v1",
-                   "--agentperturb-concurrency", str(a.concurrency), "--agentperturb-store", "bench.sqlite",
-                   "--agentperturb-report", "bench.html"]
+                   *PLUGINS_OFF, *models, "--agentperturb-api-base", server.base,
+                   "--agentperturb-concurrency", str(a.concurrency), "--agentperturb-repeats", str(a.repeats),
+                   "--agentperturb-store", "bench.sqlite", "--agentperturb-report", "bench.html"]
             if a.workers:
                 cmd += ["-n", str(a.workers)]
-            out, wall, cpu = timed(cmd, Path(tmp), timeout=1800)
-        ceiling = _alone(f"http://127.0.0.1:{port}/v1", a.ceiling, a.concurrency) if a.ceiling else None
-        if out.returncode not in (0, 1):
-            print(out.stdout[-3000:], out.stderr[-3000:], file=sys.stderr)
-            return 1
-        m = re.search(r"episodes run: (\d+), reused: \d+, errors: (\d+)", out.stdout)
-        if not m:
-            print(out.stdout[-3000:], file=sys.stderr)
-            return 1
-        episodes, errors = int(m.group(1)), int(m.group(2))
-        ideal = a.concurrency * max(1, a.workers) / (a.steps * a.latency)
-        phase = _episode_phase(out.stdout, wall)
-        print(f"episodes: {episodes} (errors {errors}), k={a.steps} calls, latency {a.latency} s, "
-              f"concurrency {a.concurrency} x {max(1, a.workers)} process(es)")
-        print(f"ideal: {ideal:.2f} episodes/s")
-        print(f"end to end: {wall:.1f} s, {episodes / wall:.2f} episodes/s = {episodes / wall / ideal:.2f} of ideal")
-        if phase:
-            print(f"session (pytest_configure to summary): {phase:.1f} s, {episodes / phase:.2f} episodes/s = "
-                  f"{episodes / phase / ideal:.2f} of ideal")
-        print(f"harness CPU: {cpu:.1f} s = {cpu / max(episodes, 1) * 1000:.1f} ms per episode")
-        if ceiling is not None:
-            per_process = a.concurrency / a.latency
-            print(f"litellm alone ({a.ceiling} calls, {a.concurrency} in flight, no harness): {ceiling:.1f} calls/s = "
-                  f"{ceiling / per_process:.2f} of the ideal {per_process:.1f} calls/s")
-        print(f"efficiency: {episodes / wall / ideal:.2f}")
-        return 0
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+            t0 = time.perf_counter()
+            out, wall, cpu = timed(cmd, Path(tmp), timeout=3600)
+        times = sorted(server.times)
+        ceiling = _alone(server.base, a.ceiling, a.concurrency) if a.ceiling else None
+    if out.returncode not in (0, 1):
+        print(out.stdout[-3000:], out.stderr[-3000:], file=sys.stderr)
+        return 1
+    m = re.search(r"episodes run: (\d+), reused: \d+, errors: (\d+)", out.stdout)
+    if not m or not times:
+        print(out.stdout[-3000:], file=sys.stderr)
+        return 1
+    episodes, errors = int(m.group(1)), int(m.group(2))
+    in_flight = a.concurrency * max(1, a.workers)
+    ideal = in_flight / (a.steps * a.latency)
+    phase = _episode_phase(out.stdout, wall)
+    print(f"episodes: {episodes} (errors {errors}), k={a.steps} calls, latency {a.latency} s, "
+          f"concurrency {a.concurrency} x {max(1, a.workers)} process(es)")
+    print(f"ideal: {ideal:.2f} episodes/s ({episodes / ideal:.1f} s for these episodes)")
+    print(f"end to end: {wall:.1f} s, {episodes / wall:.2f} episodes/s = {episodes / wall / ideal:.2f} of ideal")
+    if phase:
+        print(f"session (pytest_configure to summary): {phase:.1f} s, {episodes / phase:.2f} episodes/s = "
+              f"{episodes / phase / ideal:.2f} of ideal")
+    first, last = times[0][0] - t0, max(end for _, end in times) - t0
+    steady = last - first
+    print(f"start-up (process start to first request): {first:.1f} s; episode phase (first request to last "
+          f"reply): {steady:.1f} s = {episodes / steady / ideal:.2f} of ideal, {_mean_in_flight(times):.1f} "
+          f"requests in flight of {in_flight}; tail (last reply to exit): {wall - last:.1f} s")
+    print(f"harness CPU: {cpu:.1f} s = {cpu / max(episodes, 1) * 1000:.1f} ms per episode")
+    if ceiling is not None:
+        per_process = a.concurrency / a.latency
+        print(f"litellm alone ({a.ceiling} calls, {a.concurrency} in flight, no harness): {ceiling:.1f} calls/s = "
+              f"{ceiling / per_process:.2f} of the ideal {per_process:.1f} calls/s")
+    print(f"efficiency: {episodes / wall / ideal:.2f}")
+    return 0
+
+
+def _mean_in_flight(times: list[tuple[float, float]]) -> float:
+    """Requests the server was handling, averaged over the episode phase (sampled every 10 ms)."""
+    starts, ends = sorted(s for s, _ in times), sorted(e for _, e in times)
+    t, stop, samples = starts[0], ends[-1], []
+    while t < stop:
+        samples.append(bisect.bisect(starts, t) - bisect.bisect(ends, t))
+        t += 0.01
+    return sum(samples) / max(len(samples), 1)
 
 
 def _alone(base: str, calls: int, concurrency: int) -> float:

@@ -8,10 +8,12 @@ bootstrap replicates and permutations -- and prints the wall and CPU
 seconds of the whole command (CPU: user + system of the command and of its
 page worker), the size of the main page and of its task pages folder, and
 the ratios between the two stores.  The large store is run ``--runs`` times
-(median) with the default ``--jobs auto`` and with ``--jobs 1`` (one
-process), in turn; ``--vs DIR`` runs another checkout's command (e.g. the
-previous release) in the same turns, so old and new are measured under the
-same load.  Other processes on the machine stretch the wall time; the load
+(median) with the default ``--jobs auto`` (a second process, which reads the
+store and writes the task pages, when a processor is idle), with ``--jobs 1``
+(one process) and with ``--jobs 2`` (two processes whatever the load), in
+turn; ``--vs DIR`` runs another checkout's command (e.g. the previous
+release, default options) in the same turns, so old and new are measured
+under the same load.  Other processes on the machine stretch the wall time; the load
 average is printed before and after.  For scale it also times the bare
 imports a report needs (pandas, scipy.special), which no report can go below.
 
@@ -79,7 +81,8 @@ def measure(tmp: Path, tasks: int) -> dict[str, float]:
 
 def repeated(tmp: Path, store: Path, runs: int, vs: Path | None) -> dict[str, tuple[float, float]]:
     """Median (wall, CPU) per variant over ``runs`` turns, the variants taking turns within each."""
-    variants: dict[str, tuple[Path, tuple[str, ...]]] = {"jobs auto": (ROOT, ()), "jobs 1": (ROOT, ("--jobs", "1"))}
+    variants: dict[str, tuple[Path, tuple[str, ...]]] = {"jobs auto": (ROOT, ()), "jobs 1": (ROOT, ("--jobs", "1")),
+                                                         "jobs 2": (ROOT, ("--jobs", "2"))}
     if vs is not None:
         variants["--vs"] = (vs, ())
     got: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}

@@ -103,3 +103,63 @@ def test_xdist_workers_run_each_episode_once(project: Path) -> None:
     assert len(rows) >= 20 and all(e == "" for *_, e in rows)
     assert n == 2 * len(rows), (n, len(rows))
     assert f"episodes run: {len(rows)}, reused: 0, errors: 0" in out.stdout
+
+
+class FakeNode:
+    """What xdist's schedulers call on a worker: items sent, and the shutdown signal."""
+
+    def __init__(self, name: str) -> None:
+        self.sent: list[int]
+        self.name, self.sent, self.shutting_down = name, [], False
+        self.gateway = type("Gateway", (), {"id": name})()
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent += indices
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_the_scheduler_tops_a_worker_up_before_its_window_drains(pytester: pytest.Pytester) -> None:
+    """A worker gets the next task while it still holds a window of items (xdist's loadscope waits for 2)."""
+    from pytest_agentperturb.plugin.distribute import scheduler
+
+    config = pytester.parseconfig("--tx", "2*popen")
+    ids = [f"suites/s::t{t}::f{f}[m]" for t in range(5) for f in range(10)]  # 5 tasks x 10 items
+    sched = scheduler(config, None, keep=8)
+    a, b = FakeNode("a"), FakeNode("b")
+    for node in (a, b):
+        sched.add_node(node)
+        sched.add_node_collection(node, ids)
+    sched.schedule()
+    assert a.sent == list(range(10)) and b.sent == list(range(10, 20))  # one whole task each
+    for i in range(3):  # three of a's items done: 7 pending, under the window of 8
+        sched.mark_test_complete(a, i)
+    assert a.sent[10:] == list(range(20, 30))  # the next task now, not when 2 are left
+    assert b.sent == list(range(10, 20)) and not a.shutting_down
+    for i in range(10, 20):  # b: the next task when 7 of its items are left, no more while it holds 8+
+        sched.mark_test_complete(b, i)
+    assert b.sent[10:] == list(range(30, 40))
+    for i in [*range(3, 10), 20, 21, 22]:  # a: 17 pending -> the last task when it holds 7
+        sched.mark_test_complete(a, i)
+    assert a.sent[20:] == list(range(40, 50)) and not a.shutting_down
+    sched.mark_test_complete(a, 23)
+    assert a.shutting_down  # nothing left to send: a finishes what it holds
+    assert sorted(a.sent + b.sent) == list(range(50))  # every item sent once
+
+
+def test_a_scope_is_one_task_for_one_model(pytester: pytest.Pytester) -> None:
+    """Each task's items for one model go to one worker (variants are made once per task there)."""
+    from pytest_agentperturb.plugin.distribute import scheduler
+
+    config = pytester.parseconfig("--tx", "2*popen")
+    ids = [f"suites/s::t{t}::f{f}[{m}]" for t in range(2) for f in range(4) for m in ("openai/x", "reference/y")]
+    sched = scheduler(config, None, keep=2)
+    a, b = FakeNode("a"), FakeNode("b")
+    for node in (a, b):
+        sched.add_node(node)
+        sched.add_node_collection(node, ids)
+    sched.schedule()
+    assert [ids[i] for i in a.sent] == [f"suites/s::t0::f{f}[openai/x]" for f in range(4)]
+    assert [ids[i] for i in b.sent] == [f"suites/s::t0::f{f}[reference/y]" for f in range(4)]
+

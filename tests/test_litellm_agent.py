@@ -282,3 +282,56 @@ def test_json_of_requests_is_serialisable_by_the_server_fixture() -> None:
                 srv.base + "/chat/completions", data=b'{"messages": []}', method="POST"), timeout=5) as resp:
             body = json.loads(resp.read())
         assert body["choices"][0]["message"]["content"] == "x" and len(srv.requests) == 1
+
+
+def test_litellm_prepares_requests_inline_on_the_episode_loop_and_other_jobs_use_threads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm's request preparation runs on the loop for key-based providers; threads for the rest."""
+    import asyncio
+    import concurrent.futures
+    import threading
+
+    from pytest_agentperturb.agents.litellm_agent import LiteLLMAgent, prepares_inline, with_deadline
+    from pytest_agentperturb.model.options import LLMSettings
+    from pytest_agentperturb.run.batcher import Batcher
+
+    assert prepares_inline("openai/gpt-4o") and prepares_inline("gpt-4o") and prepares_inline("hosted_vllm/x")
+    assert not prepares_inline("vertex_ai/gemini-pro") and not prepares_inline("bedrock/claude")
+
+    async def where(model: str) -> list[str]:
+        """Threads that ran the jobs submitted during one call of ``model`` (two jobs), then outside a call."""
+        loop = asyncio.get_running_loop()
+
+        async def call() -> list[str]:
+            first = await loop.run_in_executor(None, lambda: threading.current_thread().name)
+            second = await loop.run_in_executor(None, lambda: threading.current_thread().name)
+            return [first, second]
+
+        got = await with_deadline(call(), model, LLMSettings())
+        return [*got, await asyncio.to_thread(lambda: threading.current_thread().name)]
+
+    threaded_jobs = []
+    submit = concurrent.futures.ThreadPoolExecutor.submit
+    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "submit",
+                        lambda self, fn, *a, **k: threaded_jobs.append(fn) or submit(self, fn, *a, **k))
+    with FakeOpenAI(StepsPolicy(steps=1, latency=0)) as srv:  # real litellm calls on the episode loop
+        agent = LiteLLMAgent("openai/fake", LLMSettings(api_base=srv.base))
+        agent.prepare()
+        fresh = Batcher(concurrency=2)
+        try:
+            replies = [fresh.call(lambda: agent.complete([{"role": "user", "content": "hi"}], [])) for _ in range(6)]
+        finally:
+            fresh.close()
+    assert [r.choices[0].message.content for r in replies] == ["done"] * 6
+    # litellm prepares each request in the loop's default executor: six preparations ran inline; what went to a
+    # thread is at most the first connection's address lookup (aiohttp caches it)
+    assert len(threaded_jobs) <= 1, threaded_jobs
+    batcher = Batcher(concurrency=2)
+    try:
+        inline = batcher.call(lambda: where("openai/x"))
+        threaded = batcher.call(lambda: where("vertex_ai/x"))
+    finally:
+        batcher.close()
+    assert inline[0] == "agentperturb-episodes"  # the first job of the call: on the loop's own thread
+    assert inline[1].startswith("agentperturb-episode_") and inline[2].startswith("agentperturb-episode_")
+    assert all(name.startswith("agentperturb-episode_") for name in threaded)

@@ -156,6 +156,23 @@ def test_the_channel_pre_check_never_changes_the_verdict(words: list[str], sep: 
     assert labels._channel(text) == (labels._CHANNEL.search(text) is not None)
 
 
+_LEXICON = ("Might", "may be", "MAYBE", "seems", "appear", "not sure", "unsure", "Unclear", "possibly", "perhaps",
+            "I assume", "assuming", "probably", "i think", "could be", "double-check", "Confirmed", "inconsistent",
+            "Conflicts", "contradiction", "discrepancy", "mismatched", "doesn't match", "do not exist", "not given",
+            "not found", "missing", "WRONG", "incorrect", "invalid", "unknown tool", "no such", "outdated", "errors",
+            "error", "mayb", "seeming", "conflic", "matched", "existing", "note", "ſure", "naïve", "K", "x", "1")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_LEXICON), min_size=1, max_size=8), st.sampled_from([" ", "", "\n", "-", "."]))
+def test_the_lexicon_pre_checks_never_change_the_verdict(words: list[str], sep: str) -> None:
+    text = sep.join(words)
+    low = text.lower() if text.isascii() else None
+    for pattern, stems in ((labels._HEDGE, labels._HEDGE_WORDS), (labels._PROBLEM, labels._PROBLEM_WORDS),
+                           (labels._CHANNEL, labels._CHANNEL_WORDS)):
+        assert labels._search(pattern, stems, text, low) == (pattern.search(text) is not None)
+
+
 def test_cross_family_is_the_same_in_a_thread_and_in_any_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
     from synthetic_store import rows
 
@@ -175,3 +192,52 @@ def test_cross_family_is_the_same_in_a_thread_and_in_any_chunk_size(monkeypatch:
         monkeypatch.setattr(sensitivity, "_CHUNK", chunk)
         assert flat(sensitivity.cross_family(table, replicates=230, seed=4)) == ref
     assert flat(sensitivity.cross_family(table, replicates=230, seed=5)) != ref
+
+
+# -- exact shortcuts: the same bytes as the general computation ----------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["bt,mtl->bml", "btr,mtrl->bml", "btr,trl->bl"]), st.integers(0, 2**31 - 1),
+       st.booleans())
+def test_draw_sums_are_the_einsum_byte_for_byte(spec: str, seed: int, whole: bool) -> None:
+    from pytest_agentperturb.analysis.stats import draw_sums
+
+    rng = np.random.default_rng(seed)
+    dims = {c: int(rng.integers(1, 9)) for c in "btrml"}
+    ws, xs = spec.split("->")[0].split(",")
+    w = rng.integers(0, 6, size=[dims[c] for c in ws]).astype(float)
+    x = rng.integers(0, 40, size=[dims[c] for c in xs]).astype(float)
+    if not whole:
+        x = x + rng.uniform(size=x.shape)   # not whole numbers: the einsum itself
+    got, want = draw_sums(spec, w, x), np.einsum(spec, w, x)
+    assert got.shape == want.shape and got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+_JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),
+                        lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=5), kids,
+                                                                                  max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSONISH, st.booleans())
+def test_the_reused_json_encoder_writes_what_json_dumps_writes(value: object, sort_keys: bool) -> None:
+    import json
+
+    from pytest_agentperturb.model.jsontext import dumper
+
+    assert dumper(sort_keys=sort_keys)(value) == json.dumps(value, ensure_ascii=False, sort_keys=sort_keys)
+
+
+def test_the_reused_json_encoder_raises_what_json_dumps_raises() -> None:
+    import json
+
+    from pytest_agentperturb.model.jsontext import dumper
+
+    loop: list[object] = []
+    loop.append(loop)
+    for bad, exc in ((loop, ValueError), ({"a": object()}, TypeError), ({1: 1, "a": 2}, TypeError)):
+        with pytest.raises(exc) as want:
+            json.dumps(bad, ensure_ascii=False, sort_keys=True)
+        with pytest.raises(exc) as got:
+            dumper(sort_keys=True)(bad)
+        assert str(got.value) == str(want.value)

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from synthetic_store import write_store
 
 from pytest_agentperturb.cli import main
-from pytest_agentperturb.report import PageWorker, episode_table, records
+from pytest_agentperturb.cli.pages_worker import PageWorker
+from pytest_agentperturb.report import episode_table, records
 from pytest_agentperturb.report.episodes import escape_all, image_html, load_json_list, trajectory_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,3 +203,150 @@ def test_an_empty_store_still_gives_a_main_page(tmp_path: Path, caplog: pytest.L
     assert "No episodes." in out.read_text(encoding="utf-8")
     t = normalise(episode_table([]))
     assert len(t) == 0 and t["error"].dtype == object and t["trajectory"].dtype == object
+
+
+# -- the worker reads the store itself: its rows and labels are the analysis' own ----------------------------------
+
+def _varied_store(path: Path) -> Path:
+    """A synthetic store with what a real one holds too: errors, blank rewards and usage, recorded labels,
+    a continuous-reward suite, repeats, a task without its clean episode and one with a variant missing."""
+    import random
+    import sqlite3
+
+    write_store(path, 8)
+    rng = random.Random(3)
+    with sqlite3.connect(path) as c:
+        cols = [r[1] for r in c.execute("PRAGMA table_info(episodes)")]
+        ix = {n: i for i, n in enumerate(cols)}
+        new = []
+        for r in c.execute("SELECT * FROM episodes").fetchall():
+            q = list(r)
+            q[ix["suite"]], q[ix["reward"]] = "cont", round(rng.random(), 3)
+            q[ix["success"]] = int(q[ix["reward"]] >= 0.5)
+            new.append(q)
+            if r[ix["task"]].endswith(("1", "4")):
+                q = list(r)
+                q[ix["repeat"]], q[ix["reward"]] = 1, float(rng.random() < 0.5)
+                q[ix["success"]] = int(q[ix["reward"]])
+                new.append(q)
+        c.executemany(f"INSERT INTO episodes VALUES ({', '.join('?' * len(cols))})", new)
+        ids = [x[0] for x in c.execute("SELECT rowid FROM episodes")]
+        for sql, n in (("error='timeout', reward=NULL, success=NULL", 15), ("input_tokens=NULL", 20),
+                       ("awareness='A2', behaviour='E1'", 10), ("error='  '", 5), ("success=NULL", 10)):
+            for rid in rng.sample(ids, n):
+                c.execute(f"UPDATE episodes SET {sql} WHERE rowid=?", (rid,))
+        c.execute("DELETE FROM episodes WHERE task='task-0002' AND family='clean'")
+        c.execute("DELETE FROM episodes WHERE task='task-0003' AND family='tool-missing'")
+    return path
+
+
+def test_rows_normalised_without_pandas_are_the_tables_rows(tmp_path: Path) -> None:
+    import math
+    from contextlib import closing
+
+    from pytest_agentperturb.analysis.table import normalise_rows
+    from pytest_agentperturb.run.store import Store
+
+    with closing(Store(_varied_store(tmp_path / "v.sqlite"), readonly=True)) as s:
+        raw = s.rows()
+    got, want = normalise_rows(raw), records(episode_table(raw))
+    assert len(got) == len(want) == len(raw) > 500
+
+    def same(a: Any, b: Any) -> bool:
+        nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+        return nan or (type(a) is type(b) and a == b)
+
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        # the store's own columns cell by cell, type included; diff and canaries (kept as read) may be NaN there
+        assert all(same(g[k], w[k]) for k in g if k not in ("diff", "canaries", "variant_digest")), (g, w)
+        assert all(g[k] == w[k] or (g[k] is None and w[k] != w[k]) for k in ("diff", "canaries"))
+
+
+def test_labels_from_rows_are_the_labels_of_the_table(tmp_path: Path) -> None:
+    import pandas as pd
+    from contextlib import closing
+
+    from pytest_agentperturb.analysis.labels import FLIP_COLUMNS, LABEL_COLUMNS, auto_labels, label
+    from pytest_agentperturb.analysis.table import normalise_rows
+    from pytest_agentperturb.run.store import Store
+
+    with closing(Store(_varied_store(tmp_path / "v.sqlite"), readonly=True)) as s:
+        raw = s.rows()
+    rows = normalise_rows(raw)
+    auto = auto_labels({c: [r.get(c) for r in rows] for c in (*FLIP_COLUMNS, *LABEL_COLUMNS)})
+    table = episode_table(raw)
+    manual = pd.DataFrame([{"model": "acme/agent-7b", "task": "task-0001", "family": "tool-missing",
+                            "awareness": "A4", "behaviour": ""}])
+    in_process, given = label(table, manual), label(table, manual, auto=auto)
+    pd.testing.assert_frame_equal(in_process, given, check_exact=True)
+    assert 0 < int(given["harmful_flip"].sum()) < len(given)
+    assert {"heuristic", "recorded", "manual"} <= {*given["awareness_source"], *given["behaviour_source"]}
+
+
+def test_the_worker_writes_what_one_process_writes_on_a_varied_store_with_manual_labels(tmp_path: Path) -> None:
+    store = _varied_store(tmp_path / "v.sqlite")
+    labels = tmp_path / "labels.csv"
+    labels.write_text("model,task,family,awareness,behaviour\nacme/agent-7b,task-0001,tool-missing,A4,E6\n"
+                      "reference/careful,task-0005,user-incorrect,,E5\n")
+    for jobs in ("1", "2"):
+        assert _report(store, tmp_path / jobs / "agentperturb.html", "--jobs", jobs, "--labels", str(labels)) == 0
+    one, two = _files(tmp_path / "1"), _files(tmp_path / "2")
+    assert len(one) == 2 * 8 + 2 and one == two   # two suites
+    assert b"A4 \xc2\xb7 E6" in one["agentperturb-tasks/synthetic/task-0001.html"]   # the manual labels are shown
+
+
+def test_a_refused_store_leaves_the_worker_writing_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import sqlite3
+
+    store = tmp_path / "s.sqlite"
+    write_store(store, 2)
+    with sqlite3.connect(store) as c:
+        c.execute("UPDATE episodes SET reward = 7 WHERE rowid = 3")
+    out = tmp_path / "r" / "agentperturb.html"
+    assert _report(store, out, "--jobs", "2") == 2
+    assert "column 'reward': expected a number in [0, 1]" in caplog.text
+    assert not out.parent.exists()   # the worker had rendered the pages: none was written
+
+
+def test_a_worker_that_dies_first_leaves_this_process_to_write_everything(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_agentperturb.cli import pages_worker
+
+    store = tmp_path / "s.sqlite"
+    write_store(store, 3)
+    assert _report(store, tmp_path / "one" / "agentperturb.html", "--jobs", "1") == 0
+    monkeypatch.setattr(pages_worker, "_BOOT", "import sys; sys.exit(3)")
+    started: list[Any] = []
+    real = pages_worker.PageWorker.start.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(pages_worker.PageWorker, "start", classmethod(lambda cls: started.append(1) or real(cls)))
+    assert _report(store, tmp_path / "two" / "agentperturb.html", "--jobs", "2") == 0
+    assert started and _files(tmp_path / "one") == _files(tmp_path / "two")
+
+
+def test_a_worker_that_dies_between_the_episodes_and_their_labels_leaves_this_process_to_do_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_agentperturb.cli import pages_worker
+
+    store = tmp_path / "s.sqlite"
+    write_store(store, 3)
+    assert _report(store, tmp_path / "one" / "agentperturb.html", "--jobs", "1") == 0
+    # a worker that reads its job, sends an (empty) episode table and dies before the labels
+    monkeypatch.setattr(pages_worker, "_BOOT", "import pickle, sys\npickle.load(sys.stdin.buffer)\n"
+                        "pickle.dump((['run_id'], [[]]), sys.stdout.buffer)\nsys.stdout.flush()\nsys.exit(1)\n")
+    assert _report(store, tmp_path / "two" / "agentperturb.html", "--jobs", "2") == 0
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_ENTRY, max_size=5), st.sampled_from(["", " ", "\n", " x", "]"]), st.sampled_from(["", " ", "\t"]))
+def test_decoding_once_reads_what_json_loads_reads(entries: list[Any], tail: str, head: str) -> None:
+    from pytest_agentperturb.report.episodes import decoded
+
+    text = head + json.dumps(entries) + tail
+    try:
+        want: Any = json.loads(text)
+    except ValueError:
+        want = text   # not JSON: stays text
+    got = decoded([{"trajectory": text, "canaries": ""}])[0]
+    assert got["trajectory"] == (want if isinstance(want, list) else text) and got["canaries"] == ""

@@ -104,18 +104,18 @@ def test_sigkill_then_resume_ends_with_exactly_the_expected_rows(tmp_path: Path)
     assert _rows(proj / "fresh.sqlite") == rows
 
 
-def test_xdist_sends_a_tasks_items_to_one_worker(tmp_path: Path) -> None:
+def test_xdist_sends_a_tasks_items_for_one_model_to_one_worker(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     out = _pytest(proj, "--agentperturb", "suites/workflows", "-n", "2", "-v",
                   "--agentperturb-families", "clean,user-missing,tool-incorrect")
     assert out.returncode == 0, out.stdout[-2000:]
-    workers: dict[str, set[str]] = {}
-    for m in re.finditer(r"\[(gw\d)\] .*? suites/workflows::([\w-]+)::", out.stdout):
-        workers.setdefault(m.group(2), set()).add(m.group(1))
-    assert len(workers) == N_TASKS
+    workers: dict[tuple[str, str], set[str]] = {}  # (task, model) -> workers that ran its items
+    for m in re.finditer(r"\[(gw\d)\] .*? suites/workflows::([\w-]+)::[\w-]+\[([^\]]+)\]", out.stdout):
+        workers.setdefault((m.group(2), m.group(3)), set()).add(m.group(1))
+    assert len({task for task, _ in workers}) == N_TASKS and len({model for _, model in workers}) == 2
     assert all(len(w) == 1 for w in workers.values()), workers
     assert {w for ws in workers.values() for w in ws} == {"gw0", "gw1"}
-    # an explicit --dist is respected
-    out = _pytest(proj, "--agentperturb", "suites/workflows", "-n", "2", "--dist", "load", "-q",
+    # another --dist mode is xdist's own
+    out = _pytest(proj, "--agentperturb", "suites/workflows", "-n", "2", "--dist", "loadfile", "-q",
                   "--agentperturb-families", "clean")
     assert out.returncode == 0

@@ -20,6 +20,8 @@ episode, so the import (seconds) never stalls the episodes sharing the loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
+import contextvars
 import datetime
 import email.utils
 import json
@@ -222,14 +224,66 @@ async def with_deadline(call: Awaitable[T], model: str, settings: LLMSettings) -
 
     litellm's ``timeout`` bounds each read, so a server that trickles one
     byte at a time would hold a call until the episode timeout; this is a
-    deadline for the whole reply.
+    deadline for the whole reply.  On the episode loop (:class:`LoopExecutor`)
+    litellm prepares the request inline when ``model``'s provider is one
+    that prepares without I/O (:func:`prepares_inline`).
     """
+    token = _INLINE_PREP.set(prepares_inline(model))
     try:
         async with asyncio.timeout(settings.request_timeout):  # no extra task per call, unlike wait_for
             return await call
     except TimeoutError:
         raise RequestTimeout(f"{model}: no reply within the request timeout ({settings.request_timeout:g} s "
                              "for the whole reply)") from None
+    finally:
+        _INLINE_PREP.reset(token)
+
+
+# -- litellm's request preparation on the episode loop -------------------------------
+
+#: True while an episode awaits one litellm call whose preparation may run inline (see :class:`LoopExecutor`)
+_INLINE_PREP: contextvars.ContextVar[bool] = contextvars.ContextVar("agentperturb_inline_prep", default=False)
+#: Providers authenticated by a key from the environment: litellm prepares their requests (provider lookup,
+#: parameter mapping, logging set-up) without I/O.  Cloud providers that may fetch credentials or tokens
+#: while preparing (vertex_ai, bedrock, sagemaker, azure, watsonx...) are not listed: theirs stays in a thread.
+INLINE_PROVIDERS = frozenset({
+    "openai", "text-completion-openai", "anthropic", "hosted_vllm", "ollama", "ollama_chat", "lm_studio",
+    "openrouter", "together_ai", "groq", "deepseek", "mistral", "fireworks_ai", "gemini", "xai", "cerebras",
+    "deepinfra", "perplexity", "cohere", "cohere_chat", "llamafile", "litellm_proxy",
+})
+
+
+def prepares_inline(model: str) -> bool:
+    """Whether litellm prepares ``model``'s requests without I/O (its provider is in :data:`INLINE_PROVIDERS`)."""
+    provider = model.split("/", 1)[0] if "/" in model else "openai"
+    return provider in INLINE_PROVIDERS
+
+
+class LoopExecutor(cf.ThreadPoolExecutor):
+    """The episode loop's default executor: litellm's request preparation inline, everything else in threads.
+
+    ``litellm.acompletion`` prepares each request in the running loop's
+    default executor (several milliseconds of pure CPU) and awaits that
+    thread.  On a loop shared by dozens of episodes the handoff costs more
+    than the work: the thread competes with the loop for the GIL, and every
+    wake-up of either waits for it, which stretches every call in flight.
+    So, while an episode awaits one litellm call of an inline provider
+    (:func:`with_deadline`), the first job that episode submits -- litellm's
+    preparation, before any network -- runs inline on the loop; later jobs
+    of the call (a DNS lookup) and all others (an agent's
+    ``asyncio.to_thread``, a blocking user simulator) go to threads as usual.
+    """
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> cf.Future[T]:
+        if not _INLINE_PREP.get():
+            return super().submit(fn, *args, **kwargs)
+        _INLINE_PREP.set(False)  # the submitting episode's context: only this call's first job runs inline
+        fut: cf.Future[T] = cf.Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # delivered to the awaiting call, as a thread's error would be
+            fut.set_exception(exc)
+        return fut
 
 
 def call_kwargs(model: str, settings: LLMSettings) -> dict[str, Any]:

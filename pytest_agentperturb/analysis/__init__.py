@@ -8,36 +8,51 @@ on its own from the submodules (pure functions over the table).
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .degradation import (
-    ALL_MODELS,
-    cells,
-    compliance,
-    drops,
-    malleability,
-    marginal_effects,
-    overall,
-    paired_tests,
-    relative_degradation,
-    suite_average,
-)
-from .stats import N_BOOTSTRAP, N_PERMUTATIONS
+from .defaults import N_BOOTSTRAP, N_PERMUTATIONS
 from .table import DROP_REASONS, describe_drops, normalise, pairing_audit, pairs, pooled, pooled_models, scored
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from .baseline import Comparison
+    from .degradation import (
+        ALL_MODELS,
+        cells,
+        compliance,
+        drops,
+        malleability,
+        marginal_effects,
+        overall,
+        paired_tests,
+        relative_degradation,
+        suite_average,
+    )
     from .sensitivity import Sensitivity
+
+#: Names re-exported from :mod:`.degradation`, imported on first use: the package (and its numpy-free
+#: modules :mod:`.table` and :mod:`.labels`) loads without numpy, for the task pages' worker.
+_LAZY: tuple[str, ...] = ("ALL_MODELS", "cells", "compliance", "drops", "malleability", "marginal_effects", "overall",
+                          "paired_tests", "relative_degradation", "suite_average")
 
 __all__ = [
     "ALL_MODELS", "Analysis", "analyze", "cells", "compliance", "drops", "malleability", "marginal_effects",
     "normalise", "overall", "paired_tests", "pairing_audit", "pairs", "pooled", "relative_degradation", "scored",
     "suite_average", "summary", "summary_lines", "extra_summary_lines",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The :mod:`.degradation` names, imported on first use."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(".degradation", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -95,6 +110,15 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
     import pandas as pd
 
     from .baseline import compare, run_trend
+    from .degradation import (
+        compliance,
+        drops,
+        malleability,
+        marginal_effects,
+        overall,
+        paired_tests,
+        suite_average,
+    )
     from .repeats import repeat_stats
 
     from .cost import edit_magnitude, recovery_cost, rollout_ratios
@@ -166,6 +190,7 @@ def summary_lines(a: Analysis) -> list[str]:
     pairs = the pairs the drop rests on.
     """
     from ..model.task import FAMILIES
+    from .degradation import ALL_MODELS
 
     ep = scored(a.episodes)
     lines = []

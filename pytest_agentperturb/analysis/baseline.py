@@ -27,7 +27,7 @@ import numpy as np
 from ..model.task import CLEAN
 from .degradation import ALL_MODELS, _level_rows, _levels, drops, relative_degradation
 from .repeats import repeat_weights
-from .stats import N_BOOTSTRAP, FloatArray, bootstrap_weights, percentile_interval
+from .stats import N_BOOTSTRAP, FloatArray, bootstrap_weights, draw_sums, percentile_interval
 from .table import pairs, with_repeat
 
 if TYPE_CHECKING:
@@ -123,9 +123,9 @@ def _boot_d(cs: FloatArray, ps: FloatArray, n: FloatArray, w: FloatArray, rng: n
     """Bootstrap replicates of D per level, shape (replicates, levels)."""
     u = w[:, :, None] if cs.shape[1] == 1 else repeat_weights(w, cs.shape[1], rng)
     with np.errstate(invalid="ignore", divide="ignore"):
-        nb = np.einsum("btr,trl->bl", u, n)
-        cb = np.einsum("btr,trl->bl", u, cs) / nb
-        pb = np.einsum("btr,trl->bl", u, ps) / nb
+        nb = draw_sums("btr,trl->bl", u, n)
+        cb = draw_sums("btr,trl->bl", u, cs) / nb
+        pb = draw_sums("btr,trl->bl", u, ps) / nb
         return np.asarray(100.0 * (cb - pb) / cb, dtype=float)
 
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
 from .repeats import repeat_weights
-from .stats import N_BOOTSTRAP, bootstrap_weights, mcnemar, percentile_interval, signed_rank
-from .table import DROP_REASONS, describe_drops, pairing_audit, pairs, pooled, pooled_models, scored
+from .stats import N_BOOTSTRAP, bootstrap_weights, draw_sums, mcnemar, percentile_interval, signed_rank
+from .table import DROP_REASONS, describe_drops, only, pairing_audit, pairs, pooled, pooled_models, scored
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -128,14 +128,14 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
             n = cnt.sum(1)                                                   # (m, l)
             c, p = csum.sum(1) / n, psum.sum(1) / n
             if nr == 1:
-                nb = np.einsum("bt,mtl->bml", w, cnt)
-                cb = np.einsum("bt,mtl->bml", w, csum) / nb
-                pb = np.einsum("bt,mtl->bml", w, psum) / nb
+                nb = draw_sums("bt,mtl->bml", w, cnt)
+                cb = draw_sums("bt,mtl->bml", w, csum) / nb
+                pb = draw_sums("bt,mtl->bml", w, psum) / nb
             else:                    # repeats drawn within each drawn task (task and repeat variance)
                 u = repeat_weights(w, nr, rng)                               # (b, t, r)
-                nb = np.einsum("btr,mtrl->bml", u, cnt4)
-                cb = np.einsum("btr,mtrl->bml", u, csum4) / nb
-                pb = np.einsum("btr,mtrl->bml", u, psum4) / nb
+                nb = draw_sums("btr,mtrl->bml", u, cnt4)
+                cb = draw_sums("btr,mtrl->bml", u, csum4) / nb
+                pb = draw_sums("btr,mtrl->bml", u, psum4) / nb
             db = 100.0 * (cb - pb) / cb
             pool_c, pool_p = _nanmean0(c[pool]), _nanmean0(p[pool])
             pool_cb, pool_pb = _nanmean1(cb[:, pool]), _nanmean1(pb[:, pool])
@@ -286,7 +286,7 @@ def compliance(df: pd.DataFrame, by: tuple[str, ...] = ("model", "suite", "famil
     """
     import pandas as pd
 
-    d = scored(df)
+    d = scored(only(df, (*by, "family", "compliance", "error", "reward", "baseline")))
     d = d[(d["family"] != CLEAN) & d["compliance"].notna()]
     if "model" not in by:
         d = pooled(d)

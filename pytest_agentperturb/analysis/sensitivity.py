@@ -29,7 +29,7 @@ import numpy as np
 from ..model.task import CLEAN, FAMILIES, family_parts
 from .cluster import average_linkage, leaves
 from .stats import N_BOOTSTRAP, FloatArray, percentile_interval, ranks
-from .table import pooled, scored
+from .table import only, pooled, scored
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -191,7 +191,7 @@ def start_cross_family(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed:
 
 def _prepare(df: pd.DataFrame, replicates: int) -> list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]]:
     """Per suite: its result (skipped already where too small) and (clean (M, T), family scores (M, T, F))."""
-    d = pooled(scored(df))
+    d = pooled(scored(only(df, ("suite", "model", "task", "family", "reward", "error", "baseline"))))
     jobs: list[tuple[Sensitivity, tuple[FloatArray, FloatArray] | None]] = []
     for suite, g in d.groupby("suite", sort=True):
         res = Sensitivity(suite=str(suite), replicates=replicates)

@@ -14,6 +14,7 @@ same run, model, suite, task and repeat (docs/design.md section 4,
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
@@ -61,8 +62,84 @@ def parse_bool(x: Any) -> bool | None:
     raise ValueError(f"not a boolean: {x!r}")
 
 
+_FLOAT_BOOLS = {0.0: False, 1.0: True}
+
+
+def _bools(values: list[Any]) -> list[bool | None]:
+    """:func:`parse_bool` of each value (bools, and the 0.0/1.0 of a numeric column, without the call)."""
+    fast = _FLOAT_BOOLS
+    return [v if type(v) is bool else fast[v] if type(v) is float and v in fast else parse_bool(v) for v in values]
+
+
 def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
+
+
+def _text(v: Any) -> str:
+    """A text cell: ``""`` for None and NaN, else ``str(v)``."""
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def _fill(v: Any) -> Any:
+    """``Series.fillna("")`` of one cell: ``""`` for None and NaN, else the value as it is."""
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def _trajectory(v: Any) -> Any:
+    """A trajectory cell: ``"[]"`` for None, ``""`` and NaN, else the value as it is (JSON text or a list)."""
+    return "[]" if v is None or (isinstance(v, str) and v == "") or (isinstance(v, float) and math.isnan(v)) else v
+
+
+_TEXT = ("run_id", "model", "suite", "task", "family", "operator", "error", "awareness", "behaviour")
+
+
+def _target_type(families: list[str], targets: list[Any], types: list[Any]) -> tuple[list[str], list[str]]:
+    """``target`` and ``type`` of each episode: known ids (families, clean, built-in inserted objects) decide;
+    other object ids keep what the table says (blank: ``"object"``)."""
+    known = {*FAMILIES, CLEAN, *INSERTED, *IMAGE_OBJECTS}
+    parts = {f: family_parts(f) for f in set(families) if f in known}
+    return ([parts[f][0] if f in parts else (t or "object") for f, t in zip(families, targets)],
+            [parts[f][1] if f in parts else (k or "object") for f, k in zip(families, types)])
+
+
+def normalise_rows(rows: Iterable[Mapping[str, Any]], *, threshold: float = 1.0) -> list[dict[str, Any]]:
+    """What :func:`normalise` makes of store rows, as plain dicts, without pandas (the task pages' worker).
+
+    The same values cell by cell for rows as :class:`~..run.store.Store`
+    returns them (text, numbers and NULL): text columns ``""`` for NULL
+    (``error`` stripped), ``target``/``type`` derived from ``family``,
+    numbers as floats (NaN for NULL), ``success``/``compliance`` parsed
+    (``success`` from ``reward >= threshold`` where NULL), ``trajectory``
+    ``"[]"`` for NULL, ``baseline`` a bool, ``repeat`` an int; other keys
+    (``diff``, ``canaries`` ...) are kept as they are.
+
+    Raises:
+        ValueError: a cell that :func:`normalise` would refuse too (a number or boolean it cannot read).
+    """
+    out = [dict(r) for r in rows]
+    for r in out:
+        for c in COLUMNS:
+            r.setdefault(c, None)
+        for c in _TEXT:
+            r[c] = _text(r[c])
+        r["error"] = r["error"].strip()
+        for c in _NUMERIC:
+            v: Any = r[c]
+            r[c] = float("nan") if _blank(v) else float(v)
+        for c in ("success", "compliance"):
+            r[c] = parse_bool(r[c])
+        if r["success"] is None and not math.isnan(r["reward"]):
+            r["success"] = bool(r["reward"] >= threshold)
+        r["trajectory"] = _trajectory(r["trajectory"])
+        given = parse_bool(r["baseline"]) if "baseline" in r else None
+        r["baseline"] = r["model"].startswith(BASELINE_PREFIX) if given is None else bool(given)
+        rep: Any = r.get("repeat")
+        r["repeat"] = 0 if _blank(rep) else rep if type(rep) is int else int(float(rep))
+    targets, types = _target_type([r["family"] for r in out], [_fill(r["target"]) for r in out],
+                                  [_fill(r["type"]) for r in out])
+    for r, t, k in zip(out, targets, types):
+        r["target"], r["type"] = t, k
+    return out
 
 
 def _column(values: list[Any], index: Any) -> Any:
@@ -99,19 +176,11 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     for c in COLUMNS:
         if c not in out.columns:
             out[c] = None
-    for c in ("run_id", "model", "suite", "task", "family", "operator", "error", "awareness", "behaviour"):
-        out[c] = _column(["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-                          for v in out[c].tolist()], out.index)
+    for c in _TEXT:
+        out[c] = _column([v if type(v) is str else _text(v) for v in out[c].tolist()], out.index)
     out["error"] = out["error"].str.strip()
-    # known ids (families, clean, built-in inserted objects) decide target/type; other
-    # object ids keep what the table says, or "object"
-    known = {*FAMILIES, CLEAN, *INSERTED, *IMAGE_OBJECTS}
-    families = out["family"].tolist()
-    parts = {f: family_parts(f) for f in set(families) if f in known}
-    out["target"] = [parts[f][0] if f in parts else (t or "object")
-                     for f, t in zip(families, out["target"].fillna("").tolist())]
-    out["type"] = [parts[f][1] if f in parts else (k or "object")
-                   for f, k in zip(families, out["type"].fillna("").tolist())]
+    out["target"], out["type"] = _target_type(out["family"].tolist(), out["target"].fillna("").tolist(),
+                                              out["type"].fillna("").tolist())
     for c in _NUMERIC:
         if pd.api.types.is_numeric_dtype(out[c].dtype) and not pd.api.types.is_bool_dtype(out[c].dtype):
             out[c] = out[c].astype(float)   # already numbers: NaN is the only blank
@@ -123,17 +192,16 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
             raise AgentPerturbError(f"{source}: column {c!r} must be numeric ({exc})") from None
     for c in ("success", "compliance"):
         try:
-            out[c] = pd.Series([parse_bool(v) for v in out[c].tolist()], index=out.index, dtype=object)
+            out[c] = pd.Series(_bools(out[c].tolist()), index=out.index, dtype=object)
         except ValueError as exc:
             raise AgentPerturbError(f"{source}: column {c!r}: {exc}; use true/false or 1/0") from None
     need = out["success"].isna() & out["reward"].notna()
     out.loc[need, "success"] = pd.Series(out.loc[need, "reward"] >= threshold, dtype=object)
-    out["trajectory"] = _column(["[]" if v is None or v == "" or (isinstance(v, float) and math.isnan(v)) else v
-                                 for v in out["trajectory"].tolist()], out.index)
+    out["trajectory"] = _column([_trajectory(v) for v in out["trajectory"].tolist()], out.index)
     derived = [m.startswith(BASELINE_PREFIX) for m in out["model"].tolist()]
     if "baseline" in out.columns:
         try:
-            given = [parse_bool(v) for v in out["baseline"].tolist()]
+            given = _bools(out["baseline"].tolist())
         except ValueError as exc:
             raise AgentPerturbError(f"{source}: column 'baseline': {exc}; use true/false or 1/0") from None
         out["baseline"] = [d if g is None else g for g, d in zip(given, derived)]
@@ -150,6 +218,11 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
         except (ValueError, TypeError) as exc:
             raise AgentPerturbError(f"{source}: column 'repeat' must be an integer ({exc})") from None
     return out[[*COLUMNS, *[c for c in out.columns if c not in COLUMNS]]]
+
+
+def only(df: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
+    """``df`` with just those of ``names`` among its columns: the filters and copies after it move less."""
+    return df[[c for c in dict.fromkeys(names) if c in df.columns]]
 
 
 def with_repeat(df: pd.DataFrame) -> pd.DataFrame:
@@ -219,7 +292,9 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
     """
     import pandas as pd
 
-    d = scored(with_repeat(df)).copy()
+    d = scored(with_repeat(only(df, (*PAIR_KEY, "baseline", "family", "target", "type", "operator", "seed",
+                                     "compliance", "awareness", "behaviour", "error", "reward", "success",
+                                     *USAGE)))).copy()
     d["tokens"] = tokens(d)
     d["success_f"] = d["success"].map(lambda v: float(bool(v)) if v is not None else float("nan"))
     vals = ["reward", "success_f", "tokens", *USAGE]
@@ -254,7 +329,7 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
     cols = [*key, "family", "baseline", "target", "type", "n_episodes", "n_pairs", *DROP_REASONS]
     if not len(df):
         return pd.DataFrame(columns=cols)
-    df = with_repeat(df)
+    df = with_repeat(only(df, (*key, "family", "baseline", "target", "type", "error", "reward")))
     ok = ((df["error"] == "") & df["reward"].notna()).to_numpy()
     is_clean = (df["family"] == CLEAN).to_numpy()
     c = df[is_clean].assign(_ok=ok[is_clean]).groupby(key, sort=False)["_ok"].any()

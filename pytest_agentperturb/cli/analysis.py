@@ -13,6 +13,7 @@ status 1.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import logging
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ..analysis import Analysis
+    from .pages_worker import PageWorker
 
 log = logging.getLogger("agentperturb")
 FORMATS = ("csv", "parquet")
@@ -42,9 +44,9 @@ def add_commands(sub: Any) -> None:
     _store_args(p)
     p.add_argument("--out", default=DEFAULT_REPORT, metavar="PATH", help=f"HTML report (default: {DEFAULT_REPORT}).")
     p.add_argument("--jobs", choices=("auto", "1", "2"), default="auto",
-                   help="processes: 2 writes the task pages in a second process while this one analyses, 1 does "
-                        "everything in this one, auto (default) takes 2 when a processor is idle (load average "
-                        "below the processors less one half). The report is the same either way.")
+                   help="processes: 2 reads the store and writes the task pages in a second process while this one "
+                        "analyses, 1 does everything in this one, auto (default) takes 2 when a processor is idle "
+                        "(load average below the processors less one half). The report is the same either way.")
     p.add_argument("--baseline", default="", metavar="RUN",
                    help="compare with a baseline run on the same variants: RUN_ID, 'last' (the most recent other "
                         "run of the store) or path.sqlite[:RUN_ID]; same as --agentperturb-baseline.")
@@ -125,7 +127,12 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     return kw
 
 
-def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
+def _run_of(path: str, run_id: str | None) -> str | None:
+    """The run to read (None: every run): ``run_id``, or the store's only or most recent run.
+
+    Raises:
+        AgentPerturbError: ``run_id`` names no run of the store (or the store cannot be read).
+    """
     from contextlib import closing
 
     from ..run.store import Store
@@ -134,12 +141,26 @@ def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
         if not s.count():
             log.warning("%s: the store holds no episodes", path)
         runs = s.runs()
-        if run_id is None and len(runs) > 1:
-            run_id = runs[-1]
-            log.info("store holds runs %s; using the most recent, %s (pass --run-id)", ", ".join(runs), run_id)
-        if run_id not in (None, "all") and run_id not in runs:
-            raise AgentPerturbError(f"{path}: no run {run_id!r} in this store; runs: {', '.join(runs) or 'none'}")
-        return s.rows(None if run_id in (None, "all") else run_id)
+    if run_id is None and len(runs) > 1:
+        run_id = runs[-1]
+        log.info("store holds runs %s; using the most recent, %s (pass --run-id)", ", ".join(runs), run_id)
+    if run_id not in (None, "all") and run_id not in runs:
+        raise AgentPerturbError(f"{path}: no run {run_id!r} in this store; runs: {', '.join(runs) or 'none'}")
+    return None if run_id in (None, "all") else run_id
+
+
+def _read_rows(path: str, run: str | None) -> list[dict[str, Any]]:
+    from contextlib import closing
+
+    from ..run.store import Store
+
+    with closing(Store(path, readonly=True)) as s:
+        return s.rows(run)
+
+
+def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
+    """The episode rows of the run ``run_id`` selects (:func:`_run_of`)."""
+    return _read_rows(path, _run_of(path, run_id))
 
 
 def _judge(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
@@ -168,43 +189,78 @@ def _finish(verdict: gate.Verdict) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """``agentperturb report``: analysis and HTML from the store.
 
-    The task pages are written by a second process (:class:`~..report.worker.PageWorker`,
-    started first so that its start-up overlaps reading the store) from the labelled
-    episodes, while this one runs the rest of the analysis; the main page is written
-    last.  Without a worker (``--jobs 1``, or none could be started) all of it runs here.
+    The task pages are written by a second process (:class:`~.pages_worker.PageWorker`),
+    started first: it reads the store and sends the episodes here (without their
+    trajectories), then their labels, while this process imports what the analysis needs;
+    it renders the pages while this one analyses, and writes them once the episodes passed
+    the checks here; the main page is written last.  Without a worker (``--jobs 1``, or
+    none could be started, or it failed before sending the labels) all of it runs here.
     """
-    from .. import report
-    from ..analysis.labels import label
+    from .pages_worker import PageWorker, lasting
 
-    worker = report.PageWorker.start() if _jobs(args.jobs) > 1 else None
-    sent = done = False
+    worker = PageWorker.start() if _jobs(args.jobs) > 1 else None
+    thaw = not gc.get_freeze_count()  # what lasting() freezes stays frozen for this command only
     try:
-        rows = _store_rows(args.store, args.run_id)
-        table = report.episode_table(rows)
+        run = _run_of(args.store, args.run_id)
+        out = Path(args.out)
+        from .. import report
+        from ..analysis.labels import MANUAL_KEYS, label, manual_rows
+        from ..report.episodes import decoded
+
+        if worker is not None and not worker.send(args.store, run, report.pages_folder(out), main_name=out.name,
+                                                  manual=bool(args.labels)):
+            worker = _cancelled(worker)
+        kw = _inputs(args)
+        manual = kw.get("manual_labels")
+        if worker is not None and manual is not None:
+            if not worker.manual(manual_rows(manual), [k for k in MANUAL_KEYS if k in manual.columns]):
+                worker = _cancelled(worker)
+        rows, table, auto = None, None, None
+        if worker is not None:
+            rows = worker.rows()
+            table = report.episode_table(rows) if rows is not None else None   # while the worker labels them
+            auto = worker.labels() if rows is not None else None
+            if auto is None:   # it failed first: this process reads and labels the episodes (the same errors)
+                worker = _cancelled(worker)
+        if worker is None or rows is None or table is None:
+            with lasting():
+                rows = decoded(_read_rows(args.store, run))   # decoded once, for the labels and the pages
+            table = report.episode_table(rows)
         check_values(table, args.store)
-        kw = {**_inputs(args), **_baseline(args, rows)}
-        labelled = label(table, kw.get("manual_labels")) if len(table) else None
-        if worker is not None and labelled is not None:
-            out = Path(args.out)
-            sent = worker.send(report.pages_folder(out), {c: labelled[c].tolist() for c in labelled.columns},
-                               main_name=out.name, baselines=frozenset(gate.baseline_models(labelled)))
+        kw.update(_baseline(args, rows))
+        labelled = label(table, manual, auto=auto) if len(table) else None
+        if worker is not None:
+            worker.go()
         analysis, verdict, page = _judge(table, rows, args, kw=kw, labelled=labelled)
-        if sent:
-            assert worker is not None
-            done = True
-            worker.wait()
-            report.write_main_page(args.out, analysis, verdict, **page)
+        if worker is not None:
+            html = report.main_page(out, analysis, verdict, **page)   # while the worker may still be writing
+            w, worker = worker, None
+            w.wait()
+            report.write(out, html)
         else:
-            report.write_report(args.out, analysis, verdict, **page)
+            report.write_report(out, analysis, verdict, **page)
     finally:
-        if worker is not None and not done:
-            worker.cancel()   # no job: it exits at once; a job under way: it is waited for
+        if worker is not None:
+            worker.cancel()   # an error before "go": the worker writes nothing
+        if thaw:
+            gc.unfreeze()   # run in-process (a test, a caller's script): leave its collector as it was
     log.info("report: %s (%d episodes; task pages in %s)", args.out, len(rows), report.pages_folder(args.out))
     return _finish(verdict)
 
 
+def _cancelled(worker: PageWorker) -> PageWorker | None:
+    """End a worker that cannot go on (this process does its work itself): None, the worker there is now."""
+    worker.cancel()
+    return None
+
+
 def _jobs(choice: str) -> int:
-    """Processes for ``--jobs``: 1 or 2 as asked; ``auto``: 2 when a processor is idle, else 1."""
+    """Processes for ``--jobs``: 1 or 2 as asked; ``auto``: 2 when a processor is idle, else 1.
+
+    A second process pays for itself only on a processor of its own: where the other
+    processor is busy already (load average at or above the processors less one half),
+    the two processes share one and the second one's start-up is a loss.
+    """
     if choice != "auto":
         return int(choice)
     cores = os.cpu_count() or 1
@@ -229,16 +285,20 @@ def check_values(table: pd.DataFrame, source: str) -> None:
 
     from ..model.task import CLEAN, FAMILIES, inserted_base
 
-    for n, (model, task, family, reward) in enumerate(
-            zip(table["model"], table["task"], table["family"], table["reward"]), start=1):
-        where = f"{source}: row {n} (model {model!r}, task {task!r})"
-        if family != CLEAN and family not in FAMILIES and inserted_base(str(family)) is None:
+    def where(n: int, model: Any, task: Any) -> str:
+        return f"{source}: row {n} (model {model!r}, task {task!r})"
+
+    known = {CLEAN, *FAMILIES}
+    for n, (model, task, family, reward) in enumerate(zip(*(table[c].tolist() for c in ("model", "task", "family",
+                                                                                        "reward"))), start=1):
+        if family not in known and inserted_base(str(family)) is None:
             raise AgentPerturbError(
-                f"{where}: column 'family': expected 'clean', one of {', '.join(FAMILIES)} or an inserted object "
-                f"(inserted-fake-tool, inserted-distractor-turn, inserted-injection[-<name>]), found {family!r}")
+                f"{where(n, model, task)}: column 'family': expected 'clean', one of {', '.join(FAMILIES)} or an "
+                "inserted object (inserted-fake-tool, inserted-distractor-turn, inserted-injection[-<name>]), "
+                f"found {family!r}")
         if not math.isnan(reward) and not 0.0 <= reward <= 1.0:
-            raise AgentPerturbError(f"{where}: column 'reward': expected a number in [0, 1] (blank for an episode "
-                                    f"that could not be scored), found {reward!r}")
+            raise AgentPerturbError(f"{where(n, model, task)}: column 'reward': expected a number in [0, 1] (blank "
+                                    f"for an episode that could not be scored), found {reward!r}")
 
 
 def _baseline(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -61,9 +61,11 @@ class Finished:
 class Controller:
     """The hooks of the xdist controller (or of the only process, where most of them never fire)."""
 
-    def __init__(self, config: pytest.Config, settings: Settings, store: Callable[[], Store]) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, store: Callable[[], Store],
+                 concurrency: int = 16) -> None:
         self.config = config
         self.settings = settings
+        self.concurrency = concurrency  # episodes in flight per worker
         self._store = store
         self._finished: list[dict[str, Any]] | None = None
 
@@ -86,19 +88,19 @@ class Controller:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """Send all items of a task to one worker (xdist's ``loadscope``) unless --dist was chosen.
+        """Tasks to workers, each worker kept a full window ahead, for ``--dist load`` (``-n``, ``-d``).
 
         A worker can only keep many episodes in flight if it already holds
-        the items that come next; with plain ``load`` scheduling it is sent
-        one or two at a time.  Scopes are ``suite::task``, so the node ids do
-        not change.
+        the items that come next.  xdist's ``load`` sends one or two at a time
+        once items take long, and its ``loadscope`` tops a worker up only when
+        two items are left, so the worker's episodes drain at every refill.
+        :func:`scheduler` sends a task's items for one model to one worker and
+        sends the next ones while the worker still holds a window's worth.
+        Any other ``--dist`` mode is xdist's own.
         """
-        args = [*config.invocation_params.args, *config.getini("addopts")]
-        if config.getvalue("dist") != "load" or any(a in ("--dist", "-d") or a.startswith("--dist=") for a in args):
+        if config.getvalue("dist") != "load":
             return None
-        from xdist.scheduler import LoadScopeScheduling
-
-        return LoadScopeScheduling(config, log)
+        return scheduler(config, log, keep=2 * self.concurrency)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionstart(self, session: pytest.Session) -> Any:
@@ -129,6 +131,37 @@ class Controller:
             report.longrepr = f"results store error (not an agent failure): {exc}"
             return False
         return True
+
+
+def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:
+    """xdist's ``loadscope`` with one task and model as a scope, topping a worker up while it holds under ``keep``.
+
+    ``keep`` is the worker's prefetch window (twice its concurrency: the
+    batcher keeps that many episodes submitted, finished ones included), so
+    a worker never runs out of upcoming items to start while others wait at
+    the controller.  A scope is a task's items for one model (``suite::task``
+    and the item's parameter without the family), small enough that the
+    last ones leave no worker idle for long, large enough that each worker
+    generates a task's variants once per model at most.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WindowScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type stubs
+        def _split_scope(self, nodeid: str) -> str:
+            task, _, name = nodeid.rpartition("::")
+            _, bracket, param = name.partition("[")
+            return f"{task}[{param}" if task and bracket and param.endswith("]") else nodeid.rsplit("::", 1)[0]
+
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            while self.workqueue and self._pending_of(self.assigned_work[node]) < keep:
+                self._assign_work_unit(node)
+
+    return WindowScheduling(config, log)
 
 
 def episode_row(rec: EpisodeRecord, variant_digest: str, variant: Variant | None) -> dict[str, Any]:

@@ -98,7 +98,7 @@ class AgentPerturbSession:
         self._generator: Generator | None = None
         # a worker resumes from what the controller found recorded; only the controller (or sole process) stores
         self._finished = Finished.of(config) if self.is_worker else None
-        self.controller = None if self.is_worker else Controller(config, settings, self.store)
+        self.controller = None if self.is_worker else Controller(config, settings, self.store, self.llm.concurrency)
         if self.controller is not None:
             config.pluginmanager.register(self.controller, "agentperturb-controller")
         config.stash[ITEM_RUNNER] = self

@@ -24,7 +24,6 @@ from . import sections as rs
 from .episodes import CSS, diff_html, episode_anchor, highlight, image_html, trajectory_html
 from .pages import episode_url, pages_folder, render_pages, summaries, tasks_section, write_pages
 from .svg import esc
-from .worker import PageWorker
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,8 +31,8 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
     from ..gate import Verdict
 
-__all__ = ["PageWorker", "analyse", "diff_html", "episode_anchor", "episode_table", "episode_url", "highlight",
-           "image_html", "pages_folder", "records", "render_page", "task_properties_of", "trajectory_html", "write",
+__all__ = ["analyse", "diff_html", "episode_anchor", "episode_table", "episode_url", "highlight", "image_html",
+           "main_page", "pages_folder", "records", "render_page", "task_properties_of", "trajectory_html", "write",
            "write_main_page", "write_report"]
 
 
@@ -94,8 +93,8 @@ def _model_table(a: Analysis) -> str:
 
     ov = a.drops[a.drops["level_kind"] == "overall"]
     mal = a.malleability.set_index(["model", "suite"]) if len(a.malleability) else None
-    comp = a.episodes[(a.episodes["family"] != CLEAN) & a.episodes["compliance"].notna()
-                      & (a.episodes["error"] == "")]
+    ep = a.episodes[["model", "suite", "family", "compliance", "error"]]
+    comp = ep[(ep["family"] != CLEAN) & ep["compliance"].notna() & (ep["error"] == "")]
     bypass = {k: 1.0 - float(g["compliance"].astype(bool).mean()) for k, g in comp.groupby(["model", "suite"])}
     rows = []
     for r in ov.to_dict("records"):
@@ -183,5 +182,9 @@ def write_report(path: Path | str, a: Analysis | None, verdict: Verdict, **kw: A
 
 def write_main_page(path: Path | str, a: Analysis | None, verdict: Verdict, **kw: Any) -> Path:
     """Write the main page alone, its task pages being written already (:func:`write_report` writes both)."""
-    p = Path(path)
-    return write(p, render_page(a, verdict, pages_url=quote(pages_folder(p).name), **kw))
+    return write(path, main_page(path, a, verdict, **kw))
+
+
+def main_page(path: Path | str, a: Analysis | None, verdict: Verdict, **kw: Any) -> str:
+    """The HTML :func:`write_main_page` writes to ``path`` (its task pages' folder linked relative to it)."""
+    return render_page(a, verdict, pages_url=quote(pages_folder(Path(path)).name), **kw)

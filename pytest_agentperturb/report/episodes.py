@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..model.jsontext import dumper
 from ..model.protocols import IMAGE_TYPES
 from .svg import esc
 
@@ -96,9 +97,10 @@ def highlight(text: str, canaries: Sequence[str]) -> str:
     return marker(canaries)(text)
 
 
+_DECODER = json.JSONDecoder()
 _SEP, _SLOT = "\x00", "\x01"
-#: what json.dumps(x, ensure_ascii=False, sort_keys=True) does, without building an encoder per call
-_ARGS = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+#: json.dumps(x, ensure_ascii=False, sort_keys=True), without building an encoder per call
+_ARGS = dumper(sort_keys=True)
 
 
 def escape_all(texts: Sequence[str]) -> list[str]:
@@ -132,7 +134,7 @@ def trajectory_html(traj: Any, canaries: Sequence[str] = ()) -> str:
         if role == "assistant" and "tool" in e:
             args = e.get("args")
             items.append("<li class=call>→ <b>\x01</b>(\x01)</li>")
-            texts += (str(e["tool"]), args if isinstance(args, str) else _ARGS.encode(args))
+            texts += (str(e["tool"]), args if isinstance(args, str) else _ARGS(args))
         elif role == "assistant":
             items.append("<li class=final>final: \x01</li>" if e.get("final") else "<li class=call>\x01</li>")
             texts.append(str(e.get("content", "")))
@@ -191,8 +193,9 @@ def diff_html(diff: str) -> str:
     lines = []
     escaped = esc(diff).splitlines()   # escaping adds and removes no line break: one escaped line per line
     for line, e in zip(diff.splitlines(), escaped):
-        cls = "add" if line.startswith("+") and not line.startswith("+++") else \
-            "del" if line.startswith("-") and not line.startswith("---") else "hunk" if line.startswith("@@") else ""
+        first = line[:1]   # added (not +++), removed (not ---), a hunk header, or plain
+        cls = ("" if line.startswith("+++") else "add") if first == "+" else \
+            ("" if line.startswith("---") else "del") if first == "-" else "hunk" if line.startswith("@@") else ""
         lines.append(f"<span class='{cls}'>{e}</span>" if cls else e)
     return "<pre>" + "\n".join(lines) + "</pre>"
 
@@ -202,6 +205,32 @@ def verdict(r: Mapping[str, Any]) -> tuple[str, str]:
     if r.get("error"):
         return "error", "fail"
     return ("pass", "pass") if r.get("success") else ("fail", "fail")
+
+
+def decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (in place) with their ``trajectory`` and ``canaries`` JSON text decoded once, for every reader.
+
+    The labels, the task pages and the image pairs read JSON text or the
+    list it holds alike, so each episode's text is decoded once here instead
+    of once per reader; text that is not a JSON list stays text (its readers
+    treat it as they always did).
+    """
+    for r in rows:
+        for c in ("trajectory", "canaries"):
+            text = r.get(c)
+            if isinstance(text, str) and text:
+                try:
+                    value, end = _DECODER.raw_decode(text)   # json.loads without its two whitespace scans
+                except ValueError:
+                    end = -1
+                try:
+                    if end != len(text):
+                        value = json.loads(text)   # whitespace around it, or no JSON at its start: json.loads decides
+                except ValueError:
+                    continue
+                if isinstance(value, list):
+                    r[c] = value
+    return rows
 
 
 def canaries_of(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:

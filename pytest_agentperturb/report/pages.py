@@ -206,7 +206,8 @@ def _perturbed(r: Mapping[str, Any], clean: Mapping[str, Any] | None, several: b
         body.append(f"<p class=err>error (not an agent failure): {esc(r['error'])}</p>")
     cans = canaries_of(r)
     if r["family"] != CLEAN:
-        body.append(diff_html(str(r.get("diff") or "")))
+        diff = r.get("diff")
+        body.append(diff_html("" if diff is None or diff != diff else str(diff)))   # NULL (None or NaN): none
         if cans:
             body.append("<p>canaries: " + ", ".join(
                 f"<mark>{_e(c.get('text', ''))}</mark> <span class=tag>{_e(c.get('kind', ''))}</span>"
@@ -217,15 +218,17 @@ def _perturbed(r: Mapping[str, Any], clean: Mapping[str, Any] | None, several: b
     return f"<section class=ep id='{anchor}'>{''.join(body)}</section>"
 
 
-def _matrix(models: Sequence[tuple[str, list[Mapping[str, Any]]]], anchors: Mapping[int, str]) -> str:
+def _matrix(models: Sequence[tuple[str, list[Mapping[str, Any]]]], anchors: Mapping[int, str],
+            keys: Mapping[int, tuple[Any, ...]] | None = None) -> str:
     """Family x model grid of verdicts (one mark per run and repeat), each a link to its episode.
 
-    ``anchors`` maps ``id(row)`` to the row's :func:`~.episodes.episode_anchor`.
+    ``anchors`` maps ``id(row)`` to the row's :func:`~.episodes.episode_anchor`, ``keys`` (if given)
+    to its run and repeat (:func:`_key`).
     """
     fams = sorted({str(r["family"]) for _, rs in models for r in rs}, key=_fam_order)
     cells: dict[tuple[str, int], list[str]] = defaultdict(list)
     for i, (_, rs) in enumerate(models):
-        for r in sorted(rs, key=_key):
+        for r in sorted(rs, key=_key if keys is None else lambda r: keys[id(r)]):
             word, cls = verdict(r)
             sym = {"pass": "✓", "fail": "✗", "error": "E"}[word]
             cells[(str(r["family"]), i)].append(f"<a class={cls} href='#{anchors[id(r)]}' "
@@ -239,7 +242,8 @@ def _matrix(models: Sequence[tuple[str, list[Mapping[str, Any]]]], anchors: Mapp
 def task_page(suite: str, task: str, rows: Sequence[Mapping[str, Any]], *, main_name: str,
               baselines: frozenset[str] = frozenset()) -> str:
     """The page of one task: every episode of every model, each trajectory rendered once."""
-    several = len({_key(r) for r in rows}) > 1
+    keys = {id(r): _key(r) for r in rows}
+    several = len(set(keys.values())) > 1
     by_model: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
         by_model[str(r["model"])].append(r)
@@ -252,12 +256,12 @@ def task_page(suite: str, task: str, rows: Sequence[Mapping[str, Any]], *, main_
            f"<p class=muted>{len(rows)} episodes. Each perturbed episode shows the diff of the edited surface, its "
            "canaries (highlighted where they occur) and its trajectory; the clean episode of the same model, run "
            "and repeat stays in view beside them. Reference agents are <span class='tag baseline'>baseline</span>s."
-           "</p>", _matrix([(labels[m], by_model[m]) for m in models], anchors)]
+           "</p>", _matrix([(labels[m], by_model[m]) for m in models], anchors, keys)]
     for i, m in enumerate(models):
         out.append(f"<h2 id='m{i}'>{labels[m]}</h2>")
         runs: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
         for r in by_model[m]:
-            runs[_key(r)].append(r)
+            runs[keys[id(r)]].append(r)
         for key in sorted(runs):
             rs = sorted(runs[key], key=lambda r: (_fam_order(str(r["family"])), _int(r.get("seed"))))
             if several:

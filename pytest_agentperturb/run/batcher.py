@@ -18,7 +18,10 @@ items keeps a few dozen futures, not thousands).
 
 Which items come next is the plugin's business (:mod:`..plugin.schedule`).
 Nothing here crosses processes: the loop, the semaphore and the API clients
-are created lazily in the process that uses them.
+are created lazily in the process that uses them.  The loop's default
+executor is :class:`~..agents.litellm_agent.LoopExecutor` (litellm prepares
+its requests there; inline rather than in a thread, where the provider
+allows).
 
 With ``freeze_heap`` (the session's batcher), starting the loop moves every
 object alive at that moment (modules, litellm's tables, the collected
@@ -72,10 +75,13 @@ class Batcher:
     # -- the loop ------------------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
+            from ..agents.litellm_agent import LoopExecutor
+
             if self.freeze_heap and not gc.get_freeze_count():
                 gc.freeze()
                 self._frozen = True
             loop = asyncio.new_event_loop()
+            loop.set_default_executor(LoopExecutor(thread_name_prefix="agentperturb-episode"))
             self._thread = threading.Thread(target=loop.run_forever, name="agentperturb-episodes", daemon=True)
             self._thread.start()
             self._loop = loop
