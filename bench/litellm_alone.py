@@ -1,9 +1,11 @@
 """litellm on its own: the ceiling the harness is measured against.
 
 Calls ``litellm.acompletion`` directly -- no pytest, no episodes -- with the
-keyword arguments the litellm agent sends (``call_kwargs``), ``concurrency``
-at a time, each call the first request of a task of the built-in workflows
-suite (its system prompt, earlier turns, request and tools), against an
+keyword arguments the litellm agent sends (``call_kwargs``), awaited as the
+agent awaits them (``with_deadline``) on the harness's own episode loop
+(``Batcher``: the same thread and default executor), ``concurrency`` at a
+time, each call the first request of a task of the built-in workflows suite
+(its system prompt, earlier turns, request and tools), against an
 OpenAI-compatible endpoint such as ``tests/fake_openai.py``.  After a
 warm-up (clients, lazy imports) it prints the calls per second and
 litellm's CPU milliseconds per call (every thread of this process, less
@@ -39,8 +41,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from litellm_meter import Meter, other_threads_cpu  # noqa: E402 (a sibling bench module)
-from pytest_agentperturb.agents.litellm_agent import ASK_USER_TOOL, call_kwargs, import_litellm  # noqa: E402
+from pytest_agentperturb.agents.litellm_agent import (  # noqa: E402
+    ASK_USER_TOOL, call_kwargs, import_litellm, with_deadline)
 from pytest_agentperturb.model.options import LLMSettings  # noqa: E402
+from pytest_agentperturb.run.batcher import Batcher  # noqa: E402
+
+MODEL = "openai/fake"
+SETTINGS = LLMSettings()
 
 
 def first_requests(suite: Path) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
@@ -55,12 +62,12 @@ def first_requests(suite: Path) -> list[tuple[list[dict[str, Any]], list[dict[st
 
 
 async def calls(litellm: Any, kw: dict[str, Any], requests: Any, n: int, concurrency: int) -> None:
-    """``n`` calls, ``concurrency`` at a time."""
+    """``n`` calls, ``concurrency`` at a time, each awaited as the litellm agent awaits it (``with_deadline``)."""
     limit = asyncio.Semaphore(concurrency)
 
     async def one(msgs: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
         async with limit:
-            await litellm.acompletion(messages=msgs, tools=tools, seed=1, **kw)
+            await with_deadline(litellm.acompletion(messages=msgs, tools=tools, seed=1, **kw), MODEL, SETTINGS)
 
     await asyncio.gather(*(one(*next(requests)) for _ in range(n)))
 
@@ -83,7 +90,7 @@ def main() -> int:
     litellm = import_litellm()
     meter = Meter()
     meter.wrap(litellm)
-    kw = call_kwargs("openai/fake", LLMSettings(api_base=a.api_base))
+    kw = call_kwargs(MODEL, LLMSettings(api_base=a.api_base))
     requests = itertools.cycle(first_requests(ROOT / "suites" / "workflows"))
 
     async def run() -> tuple[float, float, float]:
@@ -98,7 +105,11 @@ def main() -> int:
         metered = meter.loop_cpu - metered + sum(v - threads.get(k, 0.0) for k, v in other_threads_cpu().items())
         return wall, cpu, metered
 
-    wall, cpu, metered = asyncio.run(run())
+    loop = Batcher(a.concurrency)  # the harness's episode loop: its thread and its default executor
+    try:
+        wall, cpu, metered = loop.call(run)
+    finally:
+        loop.close()
     print(f"calls_per_s: {a.calls / wall:.2f}")
     print(f"litellm_metered_ms_per_call: {metered / a.calls * 1000:.2f}")
     print(f"litellm_unmetered_ms_per_call: {(cpu - metered) / a.calls * 1000:.2f}")
