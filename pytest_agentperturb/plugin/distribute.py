@@ -100,7 +100,9 @@ class Controller:
         """
         if config.getvalue("dist") != "load":
             return None
-        return scheduler(config, log, keep=2 * self.concurrency)
+        from ..run.batcher import window
+
+        return scheduler(config, log, keep=window(self.concurrency))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionstart(self, session: pytest.Session) -> Any:
@@ -136,7 +138,7 @@ class Controller:
 def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:
     """xdist's ``loadscope`` with one task and model as a scope, topping a worker up while it holds under ``keep``.
 
-    ``keep`` is the worker's prefetch window (twice its concurrency: the
+    ``keep`` is the worker's prefetch window (:func:`..run.batcher.window`: the
     batcher keeps that many episodes submitted, finished ones included), so
     a worker never runs out of upcoming items to start while others wait at
     the controller.  A scope is a task's items for one model (``suite::task``

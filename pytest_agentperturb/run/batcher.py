@@ -47,6 +47,12 @@ log = logging.getLogger("pytest_agentperturb.batcher")
 Factory = Callable[[], Coroutine[Any, Any, Any]]
 
 
+def window(concurrency: int, lookahead: int | None = None) -> int:
+    """Submitted, unclaimed episodes a process keeps at most: ``concurrency`` plus the lookahead
+    (default: ``concurrency`` more, at least 2).  The xdist scheduler keeps a worker this many items ahead."""
+    return concurrency + (lookahead if lookahead is not None else max(2, concurrency))
+
+
 class Batcher:
     """A background event loop that runs up to ``concurrency`` episodes at once.
 
@@ -66,7 +72,7 @@ class Batcher:
         self._frozen = False
         # finished episodes hold their slot until claimed: the default room of one more ``concurrency``
         # lets that many finish out of order before a slow one at the head of the queue starves the limit
-        self.window = concurrency + (lookahead if lookahead is not None else max(2, concurrency))
+        self.window = window(concurrency, lookahead)
         self._futures: dict[str, cf.Future[Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
