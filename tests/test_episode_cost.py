@@ -4,7 +4,8 @@ The cost itself is measured by ``bench/overhead.py`` (harness CPU per
 episode beyond litellm's own work); these tests pin what the cheaper code
 must still do: pytest's thread waits for its own episode while the window is
 full and for any episode when it has room, the heap is frozen only while the
-episode loop runs (and never one that someone else froze), an episode past
+episode loop runs (and never one that someone else froze) and again when
+such a process exits, an episode past
 its deadline is an error whose agent was cancelled, secrets follow the
 environment from one call to the next, and a grader path reads the same
 every time (a bad one still fails).
@@ -95,12 +96,49 @@ def test_the_heap_is_frozen_while_the_episode_loop_runs_and_only_if_nothing_else
         gc.unfreeze()
 
 
+def test_a_process_whose_episode_loop_froze_its_heap_freezes_it_again_at_exit() -> None:
+    import subprocess
+    import sys
+
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('at exit', gc.get_freeze_count() > 0, flush=True))  # runs after later ones\n"
+            "from pytest_agentperturb.run.batcher import Batcher\n"
+            "async def nothing():\n    return 1\n"
+            "b = Batcher(2, freeze_heap=sys.argv[1] == 'freeze')\n"
+            "b.run('a', nothing, lambda n: None)\n"
+            "b.close()\n"
+            "print('after close', gc.get_freeze_count())\n")
+    for mode, frozen in (("freeze", "True"), ("plain", "False")):
+        out = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert out.stdout.split("\n")[:2] == ["after close 0", f"at exit {frozen}"], (mode, out.stdout, out.stderr)
+
+
+def test_the_analysis_is_imported_in_a_daemon_thread_ahead_of_the_session_end() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from pytest_agentperturb.plugin.distribute import preload_analysis\n"
+            "before = 'pandas' in sys.modules\n"
+            "t = preload_analysis()\n"
+            "t.join(120)\n"
+            "mods = ('pandas', 'pytest_agentperturb.report', 'pytest_agentperturb.analysis.degradation')\n"
+            "print(before, t.daemon, [m for m in mods if m not in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert out.stdout.strip() == "False True []", out.stderr
+
+
 def test_a_session_leaves_nothing_frozen(pytester: pytest.Pytester) -> None:
+    """Frozen still when pytest unconfigures (its full collections skip the heap), thawed by the run's end."""
     shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    pytester.makeconftest("import gc, pathlib\n"
+                          "def pytest_unconfigure(config):\n"
+                          "    pathlib.Path('frozen.txt').write_text(str(gc.get_freeze_count()))\n")
     result = pytester.runpytest_inprocess("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
                                           "-k", "forward-invoice and (clean or user-missing)",
                                           "--agentperturb-model", "reference/oracle", "--agentperturb-store", "s.sqlite")
     assert result.ret == 0 and "episodes run: 2," in result.stdout.str()
+    assert int((pytester.path / "frozen.txt").read_text()) > 0
     assert gc.get_freeze_count() == 0
 
 

@@ -6,6 +6,8 @@ on, so a plain ``pytest`` run pays nothing (no litellm, pandas or scipy).
 
 from __future__ import annotations
 
+import functools
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,37 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from . import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Register the heap's thaw before any plugin's configure, so it is the last cleanup of the run.
+
+    The session's episode loop freezes the heap (``gc.freeze``, see
+    :mod:`..run.batcher`) and leaves it frozen at the session's end, so the
+    full collections pytest runs when it unconfigures (to report unraisable
+    exceptions) skip litellm's heap; the thaw then leaves the collector as it was.
+    """
+    if options.is_enabled(config):
+        config.add_cleanup(functools.partial(_thaw, config))
+
+
+def _thaw(config: pytest.Config) -> None:
+    from .session import SESSION_KEY
+
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None and session.frozen_heap:
+        session.frozen_heap = False
+        gc.unfreeze()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """At a lone process's last item, import the analysis while its last episodes finish (xdist: at the start)."""
+    if nextitem is None and options.is_enabled(item.config) and not hasattr(item.config, "workerinput"):
+        from .distribute import preload_analysis
+
+        preload_analysis()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -14,6 +14,7 @@ a path: a worker resolves its suites against its own folder.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,7 @@ class Controller:
         sends the next ones while the worker still holds a window's worth.
         Any other ``--dist`` mode is xdist's own.
         """
+        preload_analysis()   # the controller idles while the workers run the episodes
         if config.getvalue("dist") != "load":
             return None
         from ..run.batcher import window
@@ -133,6 +135,30 @@ class Controller:
             report.longrepr = f"results store error (not an agent failure): {exc}"
             return False
         return True
+
+
+def preload_analysis() -> threading.Thread:
+    """Import what the session's analysis and report need (pandas, numpy, the analysis) in a daemon thread.
+
+    Started on the xdist controller when the workers start (it idles while
+    they run the episodes), and in a lone process when its last item starts
+    (while the episodes still in flight finish), so that the imports are
+    done by the time the last episode ends instead of after it; a failed
+    import is left for the session's own import to raise.
+    """
+    def run() -> None:
+        try:
+            import pandas  # noqa: F401
+
+            from .. import gate, report  # noqa: F401
+            from ..analysis import baseline, cost, degradation, labels, predictors, repeats, sensitivity  # noqa: F401
+            from ..report import coverage  # noqa: F401
+        except BaseException:  # noqa: BLE001 - the session's own import raises it where it is handled
+            pass
+
+    thread = threading.Thread(target=run, name="agentperturb-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:

@@ -59,8 +59,7 @@ class AgentPerturbSession:
     """Per-process state of one pytest session (kept in ``config.stash``)."""
 
     def __init__(self, config: pytest.Config, settings: Settings, thresholds: Thresholds) -> None:
-        self.config = config
-        self.settings = settings
+        self.config, self.settings = config, settings
         self.seed = settings.seed
         self.variant_seed = settings.variant_seed
         self.repeats = settings.repeats
@@ -95,6 +94,7 @@ class AgentPerturbSession:
 
             config.pluginmanager.register(HtmlExtras(settings.report), "agentperturb-html-extras")
         self._batcher: Batcher | None = None
+        self.frozen_heap = False  # the episode loop's frozen heap, thawed by the plugin's last cleanup
         self._generator: Generator | None = None
         # a worker resumes from what the controller found recorded; only the controller (or sole process) stores
         self._finished = Finished.of(config) if self.is_worker else None
@@ -520,8 +520,8 @@ class AgentPerturbSession:
             self.harness_errors += 1
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self._batcher is not None:
-            self._batcher.close()
+        if self._batcher is not None:  # the heap stays frozen through pytest's end-of-run collections
+            self.frozen_heap = self._batcher.close(thaw=False)
         if self._store is not None:
             self._store.close()
             self._store = None
