@@ -119,3 +119,14 @@ def test_xdist_sends_a_tasks_items_for_one_model_to_one_worker(tmp_path: Path) -
     out = _pytest(proj, "--agentperturb", "suites/workflows", "-n", "2", "--dist", "loadfile", "-q",
                   "--agentperturb-families", "clean")
     assert out.returncode == 0
+
+
+def test_dist_each_is_refused_with_a_fix_and_runs_nothing(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    out = _pytest(proj, "--agentperturb", "suites/workflows", "--agentperturb-store", "each.sqlite", "-q",
+                  "-n", "2", "--dist", "each")
+    assert out.returncode == 4, out.stdout[-2000:]
+    assert "--dist each plays every episode once per worker" in out.stderr and "fix: -n N" in out.stderr
+    assert not (proj / "each.sqlite").exists()
+    plain = _pytest(proj, "-q", "-n", "2", "--dist", "each", "--collect-only", "-k", "nothing")  # without the plugin
+    assert plain.returncode == 5, plain.stdout[-2000:]  # no tests collected: xdist's own mode is left alone

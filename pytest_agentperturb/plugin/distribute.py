@@ -64,6 +64,11 @@ class Controller:
 
     def __init__(self, config: pytest.Config, settings: Settings, store: Callable[[], Store],
                  concurrency: int = 16) -> None:
+        if config.getoption("dist", None) == "each":
+            raise pytest.UsageError(
+                "--dist each plays every episode once per worker, and the store keeps one row per episode "
+                "(the summary would count each twice); fix: -n N or --dist load to spread the episodes over "
+                f"the workers, or {option('repeats').flag} K to play each one K times")
         self.config = config
         self.settings = settings
         self.concurrency = concurrency  # episodes in flight per worker
