@@ -109,21 +109,12 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
     """
     import pandas as pd
 
+    from . import degradation as dg
     from .baseline import compare, run_trend
-    from .degradation import (
-        compliance,
-        drops,
-        malleability,
-        marginal_effects,
-        overall,
-        paired_tests,
-        suite_average,
-    )
-    from .repeats import repeat_stats
-
     from .cost import edit_magnitude, recovery_cost, rollout_ratios
     from .labels import label
     from .predictors import PREDICTOR_COLUMNS, clean_score_predictor, model_predictors, task_predictors
+    from .repeats import repeat_stats
     from .sensitivity import start_cross_family
 
     labelled = label(df, manual_labels) if labelled is None else labelled
@@ -131,17 +122,18 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
     sensitivity = start_cross_family(labelled, replicates=replicates, seed=seed)
     pr = pairs(labelled)
     audit = pairing_audit(labelled)
-    dt = drops(labelled, replicates=replicates, seed=seed, paired=pr, audit=audit)
-    ov = overall(dt)
+    dt = dg.drops(labelled, replicates=replicates, seed=seed, paired=pr, audit=audit)
+    ov = dg.overall(dt)
     parts = [t for t in (model_predictors(ov, capability, permutations=permutations, seed=seed),
                          task_predictors(pr, task_properties, permutations=permutations, seed=seed + 1)) if len(t)]
     preds = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=PREDICTOR_COLUMNS)
     tables = dict(
-        episodes=labelled, drops=dt, overall=ov, suite_average=suite_average(dt),
-        marginal=marginal_effects(pr), malleability=malleability(pr),
-        malleability_family=malleability(pr, ("suite", "family")),
-        compliance=compliance(labelled), compliance_operator=compliance(labelled, ("suite", "family", "operator")),
-        paired_tests=paired_tests(pr), predictors=preds,
+        episodes=labelled, drops=dt, overall=ov, suite_average=dg.suite_average(dt),
+        marginal=dg.marginal_effects(pr), malleability=dg.malleability(pr),
+        malleability_family=dg.malleability(pr, ("suite", "family")),
+        compliance=dg.compliance(labelled),
+        compliance_operator=dg.compliance(labelled, ("suite", "family", "operator")),
+        paired_tests=dg.paired_tests(pr), predictors=preds,
         clean_score=clean_score_predictor(pr, permutations=permutations, seed=seed + 2),
         recovery_cost=recovery_cost(pr), rollout_ratios=rollout_ratios(pr), edit_magnitude=edit_magnitude(pr),
         labels=_label_counts(labelled), pairing=audit,

@@ -149,18 +149,11 @@ def _run_of(path: str, run_id: str | None) -> str | None:
     return None if run_id in (None, "all") else run_id
 
 
-def _read_rows(path: str, run: str | None) -> list[dict[str, Any]]:
-    from contextlib import closing
-
-    from ..run.store import Store
-
-    with closing(Store(path, readonly=True)) as s:
-        return s.rows(run)
-
-
 def _store_rows(path: str, run_id: str | None) -> list[dict[str, Any]]:
     """The episode rows of the run ``run_id`` selects (:func:`_run_of`)."""
-    return _read_rows(path, _run_of(path, run_id))
+    from ..run.store import read_rows
+
+    return read_rows(path, _run_of(path, run_id))
 
 
 def _judge(table: pd.DataFrame, rows: list[dict[str, Any]], args: argparse.Namespace,
@@ -206,6 +199,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from .. import report
         from ..analysis.labels import MANUAL_KEYS, label, manual_rows
         from ..report.episodes import decoded
+        from ..run.store import read_rows
 
         if worker is not None and not worker.send(args.store, run, report.pages_folder(out), main_name=out.name,
                                                   manual=bool(args.labels)):
@@ -224,7 +218,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 worker = _cancelled(worker)
         if worker is None or rows is None or table is None:
             with lasting():
-                rows = decoded(_read_rows(args.store, run))   # decoded once, for the labels and the pages
+                rows = decoded(read_rows(args.store, run))   # decoded once, for the labels and the pages
             table = report.episode_table(rows)
         check_values(table, args.store)
         kw.update(_baseline(args, rows))

@@ -254,15 +254,6 @@ class _Sender:
         self._thread.join()
 
 
-def _episodes(store: str, run_id: str | None) -> list[dict[str, Any]]:
-    from contextlib import closing
-
-    from ..run.store import Store
-
-    with closing(Store(store, readonly=True)) as s:
-        return s.rows(run_id)
-
-
 def main() -> int:
     """The worker: read a job, send the episodes and labels, render the pages, write them on "go".
 
@@ -275,8 +266,10 @@ def main() -> int:
         return 0   # cancelled before the job was complete
     sender = _Sender(stdout)
     try:
+        from ..run.store import read_rows
+
         with lasting():
-            raw = _episodes(job["store"], job["run_id"])
+            raw = read_rows(job["store"], job["run_id"])
         names = [c for c in (raw[0] if raw else ()) if c not in HEAVY]
         sender.put((names, [[r[c] for r in raw] for c in names]))   # first: the caller analyses these
 

@@ -104,7 +104,6 @@ class Controller:
         sends the next ones while the worker still holds a window's worth.
         Any other ``--dist`` mode is xdist's own.
         """
-        preload_analysis()   # the controller idles while the workers run the episodes
         if config.getvalue("dist") != "load":
             return None
         from ..run.batcher import window
@@ -113,7 +112,13 @@ class Controller:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionstart(self, session: pytest.Session) -> Any:
-        """xdist refuses a path argument it cannot send to another host: say how to name the suite instead."""
+        """xdist refuses a path argument it cannot send to another host: say how to name the suite instead.
+
+        With workers, the analysis is imported meanwhile (:func:`preload_analysis`): this process idles
+        while they run the episodes.
+        """
+        if self.distributed:
+            preload_analysis()
         try:
             return (yield)
         except ValueError as exc:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures as cf
+import functools
 import gc
 import logging
 import sys
@@ -61,14 +62,10 @@ def window(concurrency: int, lookahead: int | None = None) -> int:
     return concurrency + (lookahead if lookahead is not None else max(2, concurrency))
 
 
-_exit_freeze: list[bool] = []
-
-
+@functools.cache
 def _freeze_at_exit() -> None:
-    """Freeze the heap when the interpreter exits (once per process; see the module's docstring)."""
-    if not _exit_freeze:
-        _exit_freeze.append(True)
-        atexit.register(gc.freeze)
+    """Freeze the heap when the interpreter exits (registered once per process; see the module's docstring)."""
+    atexit.register(gc.freeze)
 
 
 class Batcher:

@@ -348,6 +348,12 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def read_rows(path: Path | str, run_id: str | None = None) -> list[dict[str, Any]]:
+    """The episode rows of ``run_id`` (None: every run) in a store file, opened read-only (:meth:`Store.rows`)."""
+    with closing(Store(path, readonly=True)) as s:
+        return s.rows(run_id)
+
+
 def read_episodes(path: Path | str, run_id: str | None = None) -> list[EpisodeRecord]:
     """Every episode in a store file (opened read-only)."""
     with closing(Store(path, readonly=True)) as s:
