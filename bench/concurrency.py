@@ -14,7 +14,7 @@ in a subprocess, and prints:
   number of requests in flight and its share of the ideal, and the tail
   (last reply to exit: analysis, report);
 * the harness's own CPU seconds per episode (user + sys of the pytest
-  process; the server runs elsewhere);
+  process; the server's thread runs in this one);
 * the ceiling: litellm on its own (``bench/litellm_alone.py``: the same
   calls straight through ``litellm.acompletion``, as many in flight, no
   pytest, no episodes) as a share of the same ideal, so what the harness
@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--latency", type=float, default=2.0, help="seconds per model call (a typical tool-calling turn)")
     ap.add_argument("--steps", type=int, default=4, help="model calls per episode (k)")
-    ap.add_argument("--models", type=int, default=3, help="fake models (each x 117 items)")
+    ap.add_argument("--models", type=int, default=3, help="fake models (each x the suite's 472 items)")
     ap.add_argument("--repeats", type=int, default=1, help="--agentperturb-repeats (episodes per item)")
     ap.add_argument("-n", "--workers", type=int, default=0, help="xdist workers (0: no xdist)")
     ap.add_argument("--ceiling", type=int, default=1600, help="calls of the litellm-alone run (0: skip it)")
@@ -96,7 +96,7 @@ def main() -> int:
     episodes, errors = int(m.group(1)), int(m.group(2))
     in_flight = a.concurrency * max(1, a.workers)
     ideal = in_flight / (a.steps * a.latency)
-    phase = _episode_phase(out.stdout, wall)
+    phase = _episode_phase(out.stdout)
     print(f"episodes: {episodes} (errors {errors}), k={a.steps} calls, latency {a.latency} s, "
           f"concurrency {a.concurrency} x {max(1, a.workers)} process(es)")
     print(f"ideal: {ideal:.2f} episodes/s ({episodes / ideal:.1f} s for these episodes)")
@@ -138,7 +138,7 @@ def _alone(base: str, calls: int, concurrency: int) -> float:
     return float(m.group(1))
 
 
-def _episode_phase(stdout: str, wall: float) -> float | None:
+def _episode_phase(stdout: str) -> float | None:
     """Wall time of the episodes as the session reports it (``wall time: X s``)."""
     m = re.search(r"wall time: ([\d.]+) s", stdout)
     return float(m.group(1)) if m else None
