@@ -15,6 +15,9 @@ in a subprocess, and prints:
   (last reply to exit: analysis, report);
 * the harness's own CPU seconds per episode (user + sys of the pytest
   process; the server's thread runs in this one);
+* what the fixed costs (start-up and tail) allow at this run size: the
+  end-to-end share if the episode phase were ideal, and if it ran at
+  litellm's own ceiling (below);
 * the ceiling: litellm on its own (``bench/litellm_alone.py``: the same
   calls straight through ``litellm.acompletion``, as many in flight, no
   pytest, no episodes) as a share of the same ideal, so what the harness
@@ -110,10 +113,17 @@ def main() -> int:
           f"reply): {steady:.1f} s = {episodes / steady / ideal:.2f} of ideal, {_mean_in_flight(times):.1f} "
           f"requests in flight of {in_flight}; tail (last reply to exit): {wall - last:.1f} s")
     print(f"harness CPU: {cpu:.1f} s = {cpu / max(episodes, 1) * 1000:.1f} ms per episode")
+    per_process = a.concurrency / a.latency
     if ceiling is not None:
-        per_process = a.concurrency / a.latency
         print(f"litellm alone ({a.ceiling} calls, {a.concurrency} in flight, no harness): {ceiling:.1f} calls/s = "
               f"{ceiling / per_process:.2f} of the ideal {per_process:.1f} calls/s")
+    ideal_s, fixed = episodes / ideal, first + (wall - last)
+    bound = (f"at most {ideal_s / (ideal_s + fixed):.2f} of ideal end to end with every call answered in exactly "
+             "the latency")
+    if ceiling is not None:
+        share = ceiling / per_process
+        bound += f", {ideal_s / (ideal_s / share + fixed):.2f} with litellm's own ceiling in the phase"
+    print(f"fixed costs {fixed:.1f} s (start-up and tail): at this run size, {bound}")
     print(f"efficiency: {episodes / wall / ideal:.2f}")
     return 0
 

@@ -175,18 +175,33 @@ def test_the_report_command_loads_no_scipy_or_suite_loader(tmp_path: Path) -> No
     assert res.stdout.strip() == "0 []", res.stderr
 
 
-def test_auto_jobs_take_a_second_process_only_when_a_processor_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_jobs_take_a_second_process_only_when_a_processor_is_idle(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
     import os
 
+    from pytest_agentperturb.cli import analysis
     from pytest_agentperturb.cli.analysis import _jobs
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.7, 1.0, 1.0))
+    loadavg = tmp_path / "loadavg"
+    monkeypatch.setattr(analysis, "LOADAVG", loadavg)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    # Linux: what runs now counts, not the minute before (a test run that just ended)
+    loadavg.write_text("3.90 2.10 1.20 1/81 4242\n")   # this process alone
     assert (_jobs("auto"), _jobs("1"), _jobs("2")) == (2, 1, 2)
+    loadavg.write_text("0.10 0.10 0.10 3/81 4242\n")   # two others ready to run
+    assert _jobs("auto") == 1
+    # elsewhere: the one-minute load average
+    monkeypatch.setattr(analysis, "LOADAVG", tmp_path / "missing")
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.7, 1.0, 1.0))
+    assert _jobs("auto") == 2
     monkeypatch.setattr(os, "getloadavg", lambda: (3.9, 1.0, 1.0))
     assert _jobs("auto") == 1
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    # one processor: never two processes
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0}, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert _jobs("auto") == 1
+    monkeypatch.setattr(analysis, "LOADAVG", loadavg)
+    loadavg.write_text("0.00 0.00 0.00 1/81 4242\n")
     assert _jobs("auto") == 1
 
 

@@ -1,12 +1,15 @@
 """Across hosts: episodes run on execnet socket servers, each in a folder of its own holding its own copy of
-the suite (as another host would); only the controller stores them and writes the report, and it resumes."""
+the suite (as another host would); only the controller stores them and writes the report, and it resumes.
+The ssh form (``--tx ssh=...``) runs against an OpenSSH server started on 127.0.0.1 where one is installed."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +19,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import execnet
+import pytest
 
 from pytest_agentperturb.run.store import Store
 
@@ -75,8 +79,61 @@ def _files(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
 
 
-def _controller(cwd: Path, ports: list[int], *args: str) -> subprocess.CompletedProcess[str]:
-    tx = [a for p in ports for a in ("--tx", f"socket=127.0.0.1:{p}//chdir=.")]
+@contextmanager
+def _ssh_server(tmp: Path) -> Iterator[Path]:
+    """An OpenSSH server on 127.0.0.1 (a free port) that lets this user in with a key of its own; killed on exit.
+
+    Yields the ssh client configuration naming it as host ``agentperturb-test``.  Skips, saying why, where
+    no OpenSSH server is installed or it cannot start here.
+    """
+    sshd = shutil.which("sshd") or next(
+        (p for p in ("/usr/sbin/sshd", "/usr/local/sbin/sshd") if os.access(p, os.X_OK)), None)
+    if sshd is None or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        pytest.skip("the ssh form needs an OpenSSH server and client here (sshd, ssh, ssh-keygen): "
+                    "install openssh-server to run it")
+    tmp.mkdir()
+    for key in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / key)], check=True)
+    (tmp / "authorized_keys").write_bytes((tmp / "user.pub").read_bytes())
+    (tmp / "authorized_keys").chmod(0o600)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (tmp / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp / 'host'}\n"
+        f"AuthorizedKeysFile {tmp / 'authorized_keys'}\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+        f"PidFile {tmp / 'sshd.pid'}\nPermitRootLogin prohibit-password\n")
+    (tmp / "ssh_config").write_text(
+        f"Host agentperturb-test\n  HostName 127.0.0.1\n  Port {port}\n  User {getpass.getuser()}\n"
+        f"  IdentityFile {tmp / 'user'}\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n"
+        "  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n")
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(exist_ok=True)   # its privilege-separation folder, missing until a service ran
+    log = tmp / "sshd.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(tmp / "sshd_config")], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "Server listening on 127.0.0.1" not in log.read_text():
+            if proc.poll() is not None:
+                pytest.skip(f"the OpenSSH server does not start here: {log.read_text().strip()[-300:]}")
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield tmp / "ssh_config"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _socket_tx(ports: list[int]) -> list[str]:
+    return [f"socket=127.0.0.1:{p}//chdir=." for p in ports]
+
+
+def _controller(cwd: Path, tx: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    tx = [a for spec in tx for a in ("--tx", spec)]
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--agentperturb",
                            "--agentperturb-suite=suites/workflows", "--agentperturb-model",
                            "test/counted", "-d", *tx, *args],
@@ -126,7 +183,7 @@ def test_episodes_run_on_other_hosts_are_stored_once_by_the_controller_and_resum
         hosts = [_project(tmp_path / f"host{i}") for i in (1, 2)]
         before = {h: _files(h) for h in hosts}
         ports = [stack.enter_context(_socket_server(h, tmp_path / f"server{i}.log")) for i, h in enumerate(hosts)]
-        first = _controller(ctl, ports, "--agentperturb-families", "clean", "-v")
+        first = _controller(ctl, _socket_tx(ports), "--agentperturb-families", "clean", "-v")
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
         assert _summary(first.stdout) == (4, 0)
         assert {m for m in re.findall(r"\[(gw\d)\] .*? PASS", first.stdout)} == {"gw0", "gw1"}
@@ -146,8 +203,8 @@ def test_episodes_run_on_other_hosts_are_stored_once_by_the_controller_and_resum
         hosts = [_project(tmp_path / "elsewhere" / f"node-{i}") for i in ("a", "b")]
         before = {h: _files(h) for h in hosts}
         ports = [stack.enter_context(_socket_server(h, tmp_path / f"server-{i}.log")) for i, h in enumerate(hosts)]
-        second = _controller(ctl, ports, "--agentperturb-families", "clean,user-missing", "--agentperturb-resume",
-                             "-v")
+        second = _controller(ctl, _socket_tx(ports), "--agentperturb-families", "clean,user-missing",
+                             "--agentperturb-resume", "-v")
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
         assert _summary(second.stdout) == (4, 4)
         assert second.stdout.count("PASS (reused)") + second.stdout.count("FAIL (reused)") >= 4
@@ -175,6 +232,25 @@ def test_episodes_run_on_other_hosts_are_stored_once_by_the_controller_and_resum
     assert serial.returncode == 0, serial.stdout[-3000:]
     assert _rows(ctl / "serial.sqlite") == rows
     assert _variants(ctl / "serial.sqlite") == _variants(db) and len(_variants(db)) == 8  # diffs and canaries too
+
+
+def test_episodes_run_over_ssh_are_stored_once_by_the_controller(tmp_path: Path) -> None:
+    """``--tx ssh=HOST//python=...//chdir=...``: the README's ssh form, each host in a folder of its own."""
+    ctl = _project(tmp_path / "controller")
+    hosts = [_project(tmp_path / f"host{i}") for i in (1, 2)]
+    before = {h: _files(h) for h in hosts}
+    with _ssh_server(tmp_path / "ssh") as config:
+        tx = [f"ssh=agentperturb-test//ssh_config={config}//python={sys.executable}//chdir={h}" for h in hosts]
+        out = _controller(ctl, tx, "--agentperturb-families", "clean", "-v")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert _summary(out.stdout) == (4, 0)
+    assert {m for m in re.findall(r"\[(gw\d)\] .*? PASS", out.stdout)} == {"gw0", "gw1"}
+    played = [_episodes_played(h) for h in hosts]
+    assert sum(played) == 4 and min(played) >= 1, played   # each host played episodes and kept no store or report
+    _hosts_gained_no_store_or_report(before)
+    rows = _rows(ctl / "reports" / "agentperturb.sqlite")
+    assert len(rows) == 4 and {r[2] for r in rows} == set(TASKS) and len({r[:6] for r in rows}) == 4
+    assert (ctl / "reports" / "agentperturb.html").is_file()
 
 
 def _variants(db: Path) -> list[tuple[object, ...]]:

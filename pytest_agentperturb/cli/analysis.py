@@ -46,7 +46,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--jobs", choices=("auto", "1", "2"), default="auto",
                    help="processes: 2 reads the store and writes the task pages in a second process while this one "
                         "analyses, 1 does everything in this one, auto (default) takes 2 when a processor is idle "
-                        "(load average below the processors less one half). The report is the same either way.")
+                        "(fewer other processes ready to run now than the processors less one half). The report is the "
+                        "same either way.")
     p.add_argument("--baseline", default="", metavar="RUN",
                    help="compare with a baseline run on the same variants: RUN_ID, 'last' (the most recent other "
                         "run of the store) or path.sqlite[:RUN_ID]; same as --agentperturb-baseline.")
@@ -252,17 +253,46 @@ def _jobs(choice: str) -> int:
     """Processes for ``--jobs``: 1 or 2 as asked; ``auto``: 2 when a processor is idle, else 1.
 
     A second process pays for itself only on a processor of its own: where the other
-    processor is busy already (load average at or above the processors less one half),
-    the two processes share one and the second one's start-up is a loss.
+    processor is busy already (other processes ready to run at or above the processors
+    less one half, :func:`_others_running`), the two processes share one and the second
+    one's start-up is a loss.
     """
     if choice != "auto":
         return int(choice)
-    cores = os.cpu_count() or 1
     try:
-        load = os.getloadavg()[0]
+        cores = len(os.sched_getaffinity(0))   # the processors this process may use (a container's share)
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return 2 if cores >= 2 and _others_running() < cores - 0.5 else 1
+
+
+#: Linux's count of what is running or ready to run now: the fourth field of /proc/loadavg, "running/total".
+LOADAVG = Path("/proc/loadavg")
+
+
+def _others_running() -> float:
+    """How many other processes want a processor now.
+
+    Linux says it at this instant (``/proc/loadavg``: the least of three readings a
+    millisecond apart, this process left out), which a command that follows a test run
+    needs: the one-minute load average still counts the tests for a minute after they
+    ended.  Elsewhere, the one-minute load average; 0 where there is none (Windows).
+    """
+    import time
+
+    try:
+        seen = []
+        for i in range(3):
+            if i:
+                time.sleep(0.001)
+            seen.append(int(LOADAVG.read_text(encoding="ascii").split()[3].split("/")[0]) - 1)
+        return float(max(0, min(seen)))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0]
     except (AttributeError, OSError):   # no load average here (Windows): trust the processor count
-        load = 0.0
-    return 2 if cores >= 2 and load < cores - 0.5 else 1
+        return 0.0
 
 
 def check_values(table: pd.DataFrame, source: str) -> None:
