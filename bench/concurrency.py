@@ -112,6 +112,9 @@ def main() -> int:
     print(f"start-up (process start to first request): {first:.1f} s; episode phase (first request to last "
           f"reply): {steady:.1f} s = {episodes / steady / ideal:.2f} of ideal, {_mean_in_flight(times):.1f} "
           f"requests in flight of {in_flight}; tail (last reply to exit): {wall - last:.1f} s")
+    served = sorted(end - start for start, end in times)
+    print(f"server time per request (request read to reply written): mean {sum(served) / len(served) * 1000:.1f} ms, "
+          f"p99 {served[int(0.99 * (len(served) - 1))] * 1000:.1f} ms, for a latency of {a.latency * 1000:.0f} ms")
     print(f"harness CPU: {cpu:.1f} s = {cpu / max(episodes, 1) * 1000:.1f} ms per episode")
     per_process = a.concurrency / a.latency
     if ceiling is not None:

@@ -217,21 +217,23 @@ print("COSTMAP", os.environ["LITELLM_LOCAL_MODEL_COST_MAP"], "CONNECTS", len(cal
 
 
 def test_litellm_is_imported_in_the_main_thread_before_the_episode_loop_starts(tmp_path: Path) -> None:
-    """The seconds of litellm's import never stall the episodes that share the loop."""
+    """The seconds of litellm's import never stall the episodes that share the loop; the cyclic collector
+    pauses while it runs (it would walk the objects the import builds again and again) and runs again after."""
     code = """
-import sys, threading
+import gc, sys, threading
 seen = []
 class Spy:
     def find_spec(self, name, path=None, target=None):
         if name == "litellm" and not seen:
-            seen.append((threading.current_thread().name, sorted(t.name for t in threading.enumerate())))
+            seen.append((threading.current_thread().name, sorted(t.name for t in threading.enumerate()),
+                         gc.isenabled()))
         return None
 sys.meta_path.insert(0, Spy())
 import pytest
 rc = pytest.main(["--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider", "-k", "forward-invoice",
                   "--agentperturb-model", "openai/fake", "--agentperturb-api-base", sys.argv[1],
                   "--agentperturb-store", "s.sqlite", "--agentperturb-report", "r.html"])
-print("RC", rc, "SEEN", seen)
+print("RC", rc, "SEEN", seen, "COLLECTING", gc.isenabled())
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     shutil.copytree(ROOT / "suites" / "workflows", tmp_path / "suites" / "workflows")
@@ -241,7 +243,8 @@ print("RC", rc, "SEEN", seen)
         requests = len(srv.requests)
     text = out.stdout[-3000:] + out.stderr[-2000:]
     assert "errors: 0 " in out.stdout and requests >= 2 * 10, text  # the episodes really ran, against the server
-    assert "SEEN [('MainThread', ['MainThread'])]" in out.stdout, text  # first import: main thread, no loop yet
+    # first import: main thread, no loop yet, the collector paused; on again afterwards
+    assert "SEEN [('MainThread', ['MainThread'], False)] COLLECTING True" in out.stdout, text
 
 
 def test_prepare_runs_each_agents_set_up_and_imports_litellm_for_a_user_model(monkeypatch: pytest.MonkeyPatch) -> None:

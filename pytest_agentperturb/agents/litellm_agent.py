@@ -24,6 +24,7 @@ import concurrent.futures as cf
 import contextvars
 import datetime
 import email.utils
+import gc
 import json
 import logging
 import math
@@ -73,21 +74,30 @@ def import_litellm() -> Any:
     if ready is not None and getattr(ready, "_agentperturb_warm", False):
         return ready
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # The import builds about a million objects that live as long as the process; the cyclic
+    # collector would walk them again and again while they are built (a sixth of the import's
+    # time), so it pauses until the import and the warm-up are done.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        import litellm
-    except ImportError:  # pragma: no cover - depends on the installation
-        raise InfrastructureError(
-            "model-backed agents need litellm: pip install 'pytest-agentperturb[llm]'") from None
-    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on stdout
-    if not getattr(litellm, "_agentperturb_warm", False):
-        # The first call imports more of litellm, whose pydantic types emit UserWarnings at
-        # import; under ``filterwarnings = error`` those would turn an episode into an error.
-        # A mock call (no network) here, with warnings ignored, does those imports once.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            litellm.completion(model="openai/agentperturb-warmup", mock_response="ok",
-                               messages=[{"role": "user", "content": "warm-up"}])
-        litellm._agentperturb_warm = True
+        try:
+            import litellm
+        except ImportError:  # pragma: no cover - depends on the installation
+            raise InfrastructureError(
+                "model-backed agents need litellm: pip install 'pytest-agentperturb[llm]'") from None
+        litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on stdout
+        if not getattr(litellm, "_agentperturb_warm", False):
+            # The first call imports more of litellm, whose pydantic types emit UserWarnings at
+            # import; under ``filterwarnings = error`` those would turn an episode into an error.
+            # A mock call (no network) here, with warnings ignored, does those imports once.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                litellm.completion(model="openai/agentperturb-warmup", mock_response="ok",
+                                   messages=[{"role": "user", "content": "warm-up"}])
+            litellm._agentperturb_warm = True
+    finally:
+        if collecting:
+            gc.enable()
     return litellm
 
 
