@@ -13,6 +13,8 @@ in a subprocess, and prints:
   import), the episode phase (first request to last reply) with the mean
   number of requests in flight and its share of the ideal, and the tail
   (last reply to exit: analysis, report);
+* the fake server's own time per request (mean and 99th percentile, from
+  reading the request to writing the reply), against the latency;
 * the harness's own CPU seconds per episode (user + sys of the pytest
   process; the server's thread runs in this one);
 * what the fixed costs (start-up and tail) allow at this run size: the
@@ -28,8 +30,9 @@ plugins (no hypothesis or anyio plugin), as the README's main job does, and
 the package's bytecode is compiled first (``compileall``, as ``pip install``
 does), so a ``PYTHONDONTWRITEBYTECODE`` environment does not time the
 compiler at every start.  The end-to-end share includes the fixed costs
-(about 7 to 8 s before the first call, most of it litellm's import, and 2
-to 3 s after the last reply), so it grows with the run (``--repeats``).  The
+(5 to 8 s before the first call, most of it litellm's import, and 1.5 to
+3 s after the last reply, on the shared 2-core machine), so it grows with
+the run (``--repeats``).  The
 last line is the end-to-end share of the ideal, ``efficiency: <ratio>``.
 
 Usage::
