@@ -14,7 +14,8 @@ store and writes the task pages, when a processor is idle), with ``--jobs 1``
 turn; ``--vs DIR`` runs another checkout's command (e.g. the previous
 release, default options) in the same turns, so old and new are measured
 under the same load.  Other processes on the machine stretch the wall time; the load
-average is printed before and after.  For scale it also times the bare
+average is printed before and after, and the CPU time of a fixed pure-Python workload, which
+tells a slower machine (a shared host's busy hour) from a slower report.  For scale it also times the bare
 import a report needs (pandas), which no report can go below.  The package's
 bytecode is compiled first (``compileall``, as ``pip install`` does), so a
 ``PYTHONDONTWRITEBYTECODE`` environment does not time the compiler.
@@ -64,6 +65,23 @@ def _report(store: Path, out: Path, src: Path = ROOT, extra: Sequence[str] = ())
                  *extra], src)
 
 
+def _calibration() -> float:
+    """CPU seconds of a fixed pure-Python workload (sorting, dict and string work), the best of three."""
+    import random
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        rng = random.Random(0)
+        t = time.process_time()
+        words = ["".join(rng.choice("abcdefgh") for _ in range(8)) for _ in range(60_000)]
+        counts: dict[str, int] = {}
+        for w in sorted(words):
+            counts[w] = counts.get(w, 0) + len(w.upper())
+        best = min(best, time.process_time() - t)
+    return best
+
+
 def _load() -> str:
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -108,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         compileall.compile_dir(str(src / "pytest_agentperturb"), quiet=1)
     floor_wall, floor_cpu = _run([sys.executable, "-c", "import pandas"])
     print(f"import alone (pandas): {floor_wall:.2f} s wall, {floor_cpu:.2f} s CPU")
+    print(f"machine: {_calibration():.3f} s of CPU for a fixed pure-Python workload (the same work every run: "
+          "it tells a slower machine from a slower report)")
     with tempfile.TemporaryDirectory(prefix="agentperturb-bench-") as d:
         small = measure(Path(d), 9)
         big = measure(Path(d), args.tasks)
