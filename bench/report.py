@@ -13,10 +13,11 @@ store and writes the task pages, when a processor is idle), with ``--jobs 1``
 (one process) and with ``--jobs 2`` (two processes whatever the load), in
 turn; ``--vs DIR`` runs another checkout's command (e.g. the previous
 release, default options) in the same turns, so old and new are measured
-under the same load.  Other processes on the machine stretch the wall time; the load
-average is printed before and after, and the CPU time of a fixed pure-Python workload, which
-tells a slower machine (a shared host's busy hour) from a slower report.  For scale it also times the bare
-import a report needs (pandas), which no report can go below.  The package's
+under the same load.  Other processes on the machine stretch the wall time;
+the load average is printed before and after, and the CPU time of a fixed
+pure-Python workload, which tells a slower machine (a shared host's busy
+hour) from a slower report.  For scale it also times the bare import a
+report needs (pandas), which no report can go below.  The package's
 bytecode is compiled first (``compileall``, as ``pip install`` does), so a
 ``PYTHONDONTWRITEBYTECODE`` environment does not time the compiler.
 

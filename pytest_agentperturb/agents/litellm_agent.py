@@ -24,7 +24,6 @@ import concurrent.futures as cf
 import contextvars
 import datetime
 import email.utils
-import gc
 import json
 import logging
 import math
@@ -38,6 +37,7 @@ from typing import Any, TypeVar
 
 from ..model.context import ASK_USER, EpisodeContext
 from ..model.errors import InfrastructureError
+from ..model.heap import collector_paused
 from ..model.options import LLMSettings
 from ..model.protocols import ERROR_PREFIX, Observation
 from ..model.redact import redact_text
@@ -74,12 +74,7 @@ def import_litellm() -> Any:
     if ready is not None and getattr(ready, "_agentperturb_warm", False):
         return ready
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    # The import builds about a million objects that live as long as the process; the cyclic
-    # collector would walk them again and again while they are built (a sixth of the import's
-    # time), so it pauses until the import and the warm-up are done.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():   # about a million objects that live as long as the process (a sixth of the time)
         try:
             import litellm
         except ImportError:  # pragma: no cover - depends on the installation
@@ -95,9 +90,6 @@ def import_litellm() -> Any:
                 litellm.completion(model="openai/agentperturb-warmup", mock_response="ok",
                                    messages=[{"role": "user", "content": "warm-up"}])
             litellm._agentperturb_warm = True
-    finally:
-        if collecting:
-            gc.enable()
     return litellm
 
 

@@ -190,10 +190,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     the checks here; the main page is written last.  Without a worker (``--jobs 1``, or
     none could be started, or it failed before sending the labels) all of it runs here.
     """
-    from .pages_worker import PageWorker, lasting
+    from ..model.heap import collector_paused
+    from .pages_worker import PageWorker
 
     worker = PageWorker.start() if _jobs(args.jobs) > 1 else None
-    thaw = not gc.get_freeze_count()  # what lasting() freezes stays frozen for this command only
+    thaw = not gc.get_freeze_count()  # what collector_paused() freezes stays frozen for this command only
     try:
         run = _run_of(args.store, args.run_id)
         out = Path(args.out)
@@ -218,7 +219,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             if auto is None:   # it failed first: this process reads and labels the episodes (the same errors)
                 worker = _cancelled(worker)
         if worker is None or rows is None or table is None:
-            with lasting():
+            with collector_paused(freeze=True):
                 rows = decoded(read_rows(args.store, run))   # decoded once, for the labels and the pages
             table = report.episode_table(rows)
         check_values(table, args.store)

@@ -27,8 +27,6 @@ standard error goes to a temporary file, whose last line is the error.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import pickle
 import queue
 import subprocess
@@ -40,6 +38,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
+from ..model.heap import collector_paused
 
 if TYPE_CHECKING:
     from ..analysis.labels import Labels
@@ -163,27 +162,6 @@ class PageWorker:
                 pass
 
 
-@contextlib.contextmanager
-def lasting() -> Iterator[None]:
-    """Make what lives until the process ends (the episodes, their decoded trajectories) out of the collector's way.
-
-    A large report decodes about a million objects that hold no reference
-    cycle and stay until the end; every full collection would walk them
-    again.  Inside, the collector is off; at the end everything there is
-    is frozen (:func:`gc.freeze`), so later collections skip it.  For a
-    command's own process (``agentperturb report``, which thaws it again at
-    its end when it runs inside another program, and its page worker).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
-
 class _Cancelled(Exception):
     """The caller's input ended before it said "go"."""
 
@@ -268,7 +246,7 @@ def main() -> int:
     try:
         from ..run.store import read_rows
 
-        with lasting():
+        with collector_paused(freeze=True):
             raw = read_rows(job["store"], job["run_id"])
         names = [c for c in (raw[0] if raw else ()) if c not in HEAVY]
         sender.put((names, [[r[c] for r in raw] for c in names]))   # first: the caller analyses these
@@ -286,7 +264,7 @@ def main() -> int:
         columns.update({c: [r.get(c) for r in rows] for c in LABEL_COLUMNS})
         labels = auto_labels(columns, flips)
         sender.put(labels)
-        with lasting():
+        with collector_paused(freeze=True):
             decoded(rows)   # the others', for the pages (each decoded once)
         flags, aw, aws, be, bes = labels
         for r, f, a, a_s, b, b_s in zip(rows, flags, aw, aws, be, bes):
