@@ -7,7 +7,6 @@ Every run goes through ``pytest --agentperturb`` against the local fake OpenAI s
 from __future__ import annotations
 
 import copy
-import shutil
 import sqlite3
 import time
 from contextlib import closing
@@ -28,13 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def _fake_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-
-
-@pytest.fixture
-def suite(pytester: pytest.Pytester) -> Path:
-    dst = pytester.path / "suites" / "workflows"
-    shutil.copytree(ROOT / "suites" / "workflows", dst)
-    return dst
 
 
 def run(pytester: pytest.Pytester, suite: Path, srv: FakeOpenAI, *args: str) -> pytest.RunResult:
