@@ -29,7 +29,7 @@ from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
 from ..model.task import Task
 from ..perturb.engine import Engine, OracleResult, Registry
-from .simulator import default_simulator
+from ..simulator.keyword import default_simulator
 
 T = TypeVar("T")
 
