@@ -32,7 +32,7 @@ from ..model.errors import OptionError
 
 
 class PythonAgent:
-    """Adapts a function or an object with ``run`` to the :class:`~..model.protocols.Agent` shape."""
+    """Adapts a function or an object with ``run`` to the :class:`~pytest_agentperturb.Agent` shape."""
 
     def __init__(self, target: Any, name: str, baseline: bool = False) -> None:
         self.target = target
