@@ -28,6 +28,7 @@ from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN
 from ..model.trajectory import ASK_USER, ASSISTANT, actions_text, is_failed_result, is_final, is_question
 from ..model.trajectory import question_text
+from .table import PAIR_KEY
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,7 +176,7 @@ def behaviour(traj: Sequence[Mapping[str, Any]], family_type: str, canaries: Seq
 
 
 #: Columns :func:`flip_flags` reads (the pair key, then what decides a scored failure).
-FLIP_COLUMNS: tuple[str, ...] = ("run_id", "model", "suite", "task", "repeat", "family", "error", "reward", "success")
+FLIP_COLUMNS: tuple[str, ...] = (*PAIR_KEY, "family", "error", "reward", "success")
 #: Columns :func:`auto_labels` reads besides the flags.
 LABEL_COLUMNS: tuple[str, ...] = ("awareness", "behaviour", "trajectory", "type", "canaries", "compliance", "target")
 #: Labels of every episode, as :func:`auto_labels` returns them: harmful-flip flags, awareness, its source,
@@ -194,8 +195,7 @@ def flip_flags(columns: Mapping[str, Sequence[Any]]) -> list[bool]:
     without pandas what the analysis labels with it.
     """
     n = len(columns["family"])
-    repeat = columns["repeat"] if "repeat" in columns else [0] * n
-    key = list(zip(columns["run_id"], columns["model"], columns["suite"], columns["task"], repeat))
+    key = list(zip(*([0] * n if c == "repeat" and c not in columns else columns[c] for c in PAIR_KEY)))
     family, error, reward, success = (columns[c] for c in ("family", "error", "reward", "success"))
     wins: dict[tuple[Any, ...], list[float]] = {}
     for k, f, e, r, s in zip(key, family, error, reward, success):

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
+from ..model.keys import KEY_FIELDS
 from ..model.records import COLUMNS, KINDS, SCHEMA, STORE_COLUMNS
 from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, family_parts
 
@@ -30,7 +31,7 @@ REQUIRED: tuple[str, ...] = ("model", "suite", "task", "family", "reward")
 USAGE: tuple[str, ...] = ("input_tokens", "output_tokens", "reasoning_tokens", "tool_calls", "turns")
 #: Key that pairs a perturbed episode with its clean episode: repeat r of a
 #: perturbed item pairs with repeat r of the clean item (one repeat: repeat 0).
-PAIR_KEY: tuple[str, ...] = ("run_id", "model", "suite", "task", "repeat")
+PAIR_KEY: tuple[str, ...] = tuple(k for k in KEY_FIELDS if k not in ("family", "seed"))  # the episode's, less the variant's
 #: Fallback for tables without a ``baseline`` column: reference agents' model names start with this.
 BASELINE_PREFIX = "reference/"
 #: Why a perturbed episode or a clean score stayed out of a comparison (columns of :func:`pairing_audit`).
