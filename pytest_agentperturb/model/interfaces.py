@@ -194,10 +194,11 @@ class Edit:
 class Operator(Protocol):
     """A named perturbation of one family (or inserted object).
 
-    ``id`` and ``family`` are read only: plain class attributes do.  The
-    engine (:mod:`pytest_agentperturb.perturb.engine`) picks one of a
+    The engine (:mod:`pytest_agentperturb.perturb.engine`) picks one of a
     family's applicable operators with a seeded RNG, applies it and keeps the
-    edit only if the validity rules run green.  A plugin registers operators
+    edit only if the validity rules run green.  ``id`` and ``family`` are
+    read, never set: plain class attributes do (as ``name`` and ``baseline``
+    do for an agent).  A plugin registers operators
     through the ``pytest_agentperturb_register_operators`` hook, an adapter
     through its ``operators()``; :func:`~pytest_agentperturb.perturb.facts_on`,
     :func:`~pytest_agentperturb.perturb.omission`,
