@@ -24,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from .errors import InfrastructureError, SimulatorError, ToolError
-from .protocols import Environment, Observation, Simulator, UserReply
+from .interfaces import Agent as Agent  # re-exported: the seam that receives this context
+from .interfaces import Environment, Simulator
+from .protocols import Observation, UserReply
 from .records import Variant
 from .task import Surfaces, Task
 from .trajectory import ASK_USER as ASK_USER  # re-exported: the clarification tool's name
@@ -250,22 +252,3 @@ def _warn_blocking() -> None:
         _warned_blocking = True
         log.warning("ctx.ask_user was called on the event loop with a model-backed user simulator: the call "
                     "blocks the other episodes of this process; await ctx.ask_user_async(...) instead")
-
-
-@runtime_checkable
-class Agent(Protocol):
-    """An agent runner: ``name``, the ``baseline`` flag and ``run(ctx)``.
-
-    ``baseline`` marks offline reference agents: reports and the gate keep
-    them apart from real models.  Plain functions and synchronous objects
-    are wrapped into this shape by :func:`pytest_agentperturb.agents.as_agent`.
-    An agent may also have ``prepare()``, one-time set-up (heavy imports,
-    clients) that the session calls once per process in pytest's main
-    thread before the first episode, so it never stalls the episode loop.
-    """
-
-    name: str
-    baseline: bool
-
-    def run(self, ctx: EpisodeContext) -> Awaitable[None]:
-        """Play one episode through ``ctx``."""

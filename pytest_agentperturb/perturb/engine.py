@@ -1,8 +1,9 @@
 """A registry per session, variant construction and executable validity.
 
 An operator edits exactly one surface of a task (the :class:`Operator`
-protocol and its :class:`Edit` live in :mod:`pytest_agentperturb.model.task`,
-so that adapters can ship operators too; both are re-exported here).
+protocol and its :class:`Edit` live with the other seams in
+:mod:`pytest_agentperturb.model.interfaces`, so that adapters can ship
+operators too; both are re-exported here).
 :meth:`Engine.make_variant` picks an applicable operator for a family with a
 seeded RNG, applies it, and keeps the result only if the rules of
 docs/design.md section 2 *run* green:
@@ -38,8 +39,8 @@ from typing import Any
 from ..model.errors import VariantSkipped
 from ..model.records import Variant
 from ..model.task import CLEAN, FAMILIES, INSERTED, SURFACE_FILES, TARGETS, Surfaces, Task, family_parts, inserted_base
-from ..model.task import Edit as Edit  # re-exported: operators import it from here
-from ..model.task import Operator as Operator
+from ..model.interfaces import Edit as Edit  # re-exported: operators import it from here
+from ..model.interfaces import Operator as Operator
 from ..model.trajectory import Trajectory, actions, actions_text
 
 MAX_ATTEMPTS = 5

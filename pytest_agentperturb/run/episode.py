@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 
 from ..model.context import Agent, EpisodeContext
 from ..model.images import EditedImages
-from ..model.protocols import Simulator
+from ..model.interfaces import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
 from ..model.task import Task
