@@ -11,14 +11,14 @@ runners through the ``pytest_agentperturb_make_agent`` hook.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ..model.errors import OptionError
+from ..model.interfaces import Agent
 from ..model.options import LLMSettings
 from .python import PythonAgent, as_agent, load_agent, load_object
 from .reference import CarefulAgent, LiteralAgent, NoisyAgent, OracleAgent
 
-REFERENCE_AGENTS: dict[str, Callable[[], Any]] = {
+REFERENCE_AGENTS: dict[str, Callable[[], Agent]] = {
     OracleAgent.name: OracleAgent,
     LiteralAgent.name: LiteralAgent,
     CarefulAgent.name: CarefulAgent,
@@ -26,7 +26,7 @@ REFERENCE_AGENTS: dict[str, Callable[[], Any]] = {
 }
 
 
-def make_agent(spec: str, settings: LLMSettings | None = None) -> Any:
+def make_agent(spec: str, settings: LLMSettings | None = None) -> Agent:
     """The agent for ``spec``: a ``reference/*`` baseline, or the litellm agent for any other name.
 
     Raises:
@@ -41,7 +41,7 @@ def make_agent(spec: str, settings: LLMSettings | None = None) -> Any:
     return LiteLLMAgent(spec, settings)
 
 
-def prepare(agents: Iterable[Any], settings: LLMSettings) -> None:
+def prepare(agents: Iterable[Agent], settings: LLMSettings) -> None:
     """One-time set-up before the first episode, in the caller's thread (the session calls it in pytest's
     main thread, before it starts the episode loop): each agent's optional ``prepare()``, and litellm's
     import when a model plays the user (``--agentperturb-user-model``).  Seconds of imports here never

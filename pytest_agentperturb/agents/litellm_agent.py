@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..model.context import ASK_USER, EpisodeContext
+from ..model.trajectory import harness_note, tool_call, tool_result
 from ..model.errors import InfrastructureError
 from ..model.heap import collector_paused
 from ..model.options import LLMSettings
@@ -373,9 +374,9 @@ def tool_result_messages(call_id: str, name: str,
 def _bad_arguments(ctx: EpisodeContext, name: str, raw: str, err: str) -> str:
     """Record a call whose arguments are not JSON, and the error observation it gets."""
     ctx.tool_calls += 1
-    ctx.trajectory.append({"role": "assistant", "tool": name, "args": raw})
+    ctx.trajectory.append(tool_call(name, raw))
     obs = f"{ERROR_PREFIX}the arguments of {name} are not valid JSON ({err}); call it again with a JSON object"
-    ctx.trajectory.append({"role": "tool", "tool": name, "content": obs})
+    ctx.trajectory.append(tool_result(name, obs))
     return obs
 
 
@@ -459,7 +460,7 @@ class LiteLLMAgent:
                 else:
                     obs = await ctx.call_tool_async(name, args)  # ask_user never blocks the loop
                 messages += tool_result_messages(c.id or f"call_{turn}_{i}", name, obs)
-        ctx.trajectory.append({"role": "harness", "content": f"turn limit {self.settings.max_turns} reached"})
+        ctx.trajectory.append(harness_note(f"turn limit {self.settings.max_turns} reached"))
 
 
 

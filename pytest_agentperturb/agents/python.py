@@ -29,10 +29,11 @@ from typing import Any
 
 from ..model.context import EpisodeContext
 from ..model.errors import OptionError
+from ..model.interfaces import Agent
 
 
 class PythonAgent:
-    """Adapts a function or an object with ``run`` to the :class:`~pytest_agentperturb.Agent` shape."""
+    """Adapts a function or an object with ``run`` to the shape of the ``Agent`` seam (:mod:`pytest_agentperturb.model.interfaces`)."""
 
     def __init__(self, target: Any, name: str, baseline: bool = False) -> None:
         self.target = target
@@ -52,7 +53,7 @@ class PythonAgent:
             ctx.finish(out)
 
 
-def as_agent(obj: Any, name: str | None = None) -> Any:
+def as_agent(obj: Any, name: str | None = None) -> Agent:
     """``obj`` as an agent: kept as is when it already has ``name``, ``baseline`` and an async ``run``."""
     if inspect.isclass(obj):
         try:
@@ -67,7 +68,7 @@ def as_agent(obj: Any, name: str | None = None) -> Any:
     agent_name = str(getattr(obj, "name", "") or name or getattr(obj, "__qualname__", type(obj).__name__))
     baseline = bool(getattr(obj, "baseline", False))
     if has_run and inspect.iscoroutinefunction(obj.run) and isinstance(getattr(obj, "name", None), str) \
-            and isinstance(getattr(obj, "baseline", None), bool):
+            and isinstance(getattr(obj, "baseline", None), bool) and isinstance(obj, Agent):
         return obj
     return PythonAgent(obj, agent_name, baseline)
 
@@ -114,6 +115,6 @@ def load_object(spec: str, rootdir: Path) -> Any:
     return obj
 
 
-def load_agent(spec: str, rootdir: Path) -> Any:
+def load_agent(spec: str, rootdir: Path) -> Agent:
     """The agent that ``spec`` names, wrapped by :func:`as_agent`."""
     return as_agent(load_object(spec, rootdir), spec)

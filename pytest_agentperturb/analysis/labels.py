@@ -25,15 +25,16 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
-from ..model.jsontext import dumper
 from ..model.task import CLEAN
+from ..model.trajectory import ASK_USER, ASSISTANT, actions_text, is_failed_result, is_final, is_question
+from ..model.trajectory import question_text
+from .table import PAIR_KEY
 
 if TYPE_CHECKING:
     import pandas as pd
 
 AWARENESS = ("A1", "A2", "A3", "A4")
 BEHAVIOUR = ("E1", "E2", "E3", "E4", "E5", "E6")
-ASK_USER = "ask_user"
 
 _HEDGE = re.compile(r"\b(might|may be|maybe|seems?|appears?|not sure|unsure|unclear|possibly|perhaps|"
                     r"i assume|assuming|probably|i think|could be|double-check|confirm)\b", re.I)
@@ -74,9 +75,6 @@ _ABANDON = re.compile(r"\b(cannot|can't|can not|unable|not possible|impossible|g
                       re.I)
 
 
-_JSON = dumper()   # json.dumps(x, ensure_ascii=False)
-
-
 def _traj(x: Any) -> list[dict[str, Any]]:
     if isinstance(x, str):
         try:
@@ -107,26 +105,13 @@ def _texts(traj: Sequence[Mapping[str, Any]]) -> list[str]:
     """What the agent said in words: free text, final answer and its questions to the user."""
     out = []
     for e in traj:
-        if e.get("role") != "assistant":
+        if e.get("role") != ASSISTANT:
             continue
         if e.get("tool") == ASK_USER:
-            a = e.get("args")
-            out.append(str(a.get("question", "")) if isinstance(a, Mapping) else str(a))
+            out.append(question_text(e.get("args")))
         elif "tool" not in e and e.get("content"):
             out.append(str(e["content"]))
     return out
-
-
-def _actions(traj: Sequence[Mapping[str, Any]]) -> str:
-    parts = []
-    for e in traj:
-        if e.get("role") == "assistant":
-            if "tool" in e and e["tool"] != ASK_USER:
-                a = e.get("args")
-                parts += [str(e["tool"]), a if isinstance(a, str) else _JSON(a)]
-            elif e.get("final"):
-                parts.append(str(e.get("content", "")))
-    return "\n".join(parts)
 
 
 def _search(pattern: re.Pattern[str], words: Sequence[str], text: str, low: str | None) -> bool:
@@ -163,19 +148,19 @@ def awareness(traj: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
 def behaviour(traj: Sequence[Mapping[str, Any]], family_type: str, canaries: Sequence[Mapping[str, str]],
               compliance: bool | None, target: str = "") -> tuple[str, str]:
     """(code, source) of the first error of a failed perturbed episode (see module docstring)."""
-    acts = _actions(traj)
-    asked = any(e.get("role") == "assistant" and e.get("tool") == ASK_USER for e in traj)
+    acts = actions_text(traj)
+    asked = any(is_question(e) for e in traj)
     for c in canaries:
         if c["kind"] == "value" and c["text"] and c["text"] in acts:
             return "E3", "mechanical"
     if not canaries and compliance and family_type == "incorrect" and target != "tool":
         return "E3", "heuristic"
     if family_type == "missing" and not asked:
-        ok_calls = [e for e in traj if e.get("role") == "tool" and not str(e.get("content", "")).startswith("ERROR")]
-        finished = any(e.get("final") for e in traj)
+        ok_calls = [e for e in traj if e.get("role") == "tool" and not is_failed_result(e)]
+        finished = any(is_final(e) for e in traj)
         if not ok_calls or not finished:
             return "E4", "mechanical"
-        final = " ".join(str(e.get("content", "")) for e in traj if e.get("final"))
+        final = " ".join(str(e.get("content", "")) for e in traj if is_final(e))
         return ("E4", "heuristic") if _ABANDON.search(final) else ("E1", "heuristic")
     for c in canaries:
         if c["text"] and c["text"] in acts:
@@ -185,13 +170,13 @@ def behaviour(traj: Sequence[Mapping[str, Any]], family_type: str, canaries: Seq
                 return "E6", "heuristic"
             if c["kind"] == "text":
                 return "E3", "heuristic"
-    if any(e.get("role") == "tool" and str(e.get("content", "")).startswith("ERROR") for e in traj):
+    if any(is_failed_result(e) for e in traj):
         return "E5", "heuristic"
     return "E2", "heuristic"
 
 
 #: Columns :func:`flip_flags` reads (the pair key, then what decides a scored failure).
-FLIP_COLUMNS: tuple[str, ...] = ("run_id", "model", "suite", "task", "repeat", "family", "error", "reward", "success")
+FLIP_COLUMNS: tuple[str, ...] = (*PAIR_KEY, "family", "error", "reward", "success")
 #: Columns :func:`auto_labels` reads besides the flags.
 LABEL_COLUMNS: tuple[str, ...] = ("awareness", "behaviour", "trajectory", "type", "canaries", "compliance", "target")
 #: Labels of every episode, as :func:`auto_labels` returns them: harmful-flip flags, awareness, its source,
@@ -210,8 +195,7 @@ def flip_flags(columns: Mapping[str, Sequence[Any]]) -> list[bool]:
     without pandas what the analysis labels with it.
     """
     n = len(columns["family"])
-    repeat = columns["repeat"] if "repeat" in columns else [0] * n
-    key = list(zip(columns["run_id"], columns["model"], columns["suite"], columns["task"], repeat))
+    key = list(zip(*([0] * n if c == "repeat" and c not in columns else columns[c] for c in PAIR_KEY)))
     family, error, reward, success = (columns[c] for c in ("family", "error", "reward", "success"))
     wins: dict[tuple[Any, ...], list[float]] = {}
     for k, f, e, r, s in zip(key, family, error, reward, success):

@@ -14,11 +14,12 @@ same run, model, suite, task and repeat (docs/design.md section 4,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
-from ..model.records import COLUMNS
+from ..model.keys import KEY_FIELDS
+from ..model.records import COLUMNS, KINDS, SCHEMA, STORE_COLUMNS
 from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, family_parts
 
 if TYPE_CHECKING:
@@ -30,14 +31,13 @@ REQUIRED: tuple[str, ...] = ("model", "suite", "task", "family", "reward")
 USAGE: tuple[str, ...] = ("input_tokens", "output_tokens", "reasoning_tokens", "tool_calls", "turns")
 #: Key that pairs a perturbed episode with its clean episode: repeat r of a
 #: perturbed item pairs with repeat r of the clean item (one repeat: repeat 0).
-PAIR_KEY: tuple[str, ...] = ("run_id", "model", "suite", "task", "repeat")
+PAIR_KEY: tuple[str, ...] = tuple(k for k in KEY_FIELDS if k not in ("family", "seed"))  # the episode's, less the variant's
 #: Fallback for tables without a ``baseline`` column: reference agents' model names start with this.
 BASELINE_PREFIX = "reference/"
 #: Why a perturbed episode or a clean score stayed out of a comparison (columns of :func:`pairing_audit`).
 DROP_REASONS: tuple[str, ...] = ("clean_error", "perturbed_error", "no_clean", "no_variant")
 DROP_LABELS: dict[str, str] = {"clean_error": "clean error", "perturbed_error": "perturbed error",
                                "no_clean": "no clean episode", "no_variant": "variant missing"}
-_NUMERIC = ("reward", "seed", "cost_usd", "wall_s", *USAGE)
 
 
 def parse_bool(x: Any) -> bool | None:
@@ -65,10 +65,11 @@ def parse_bool(x: Any) -> bool | None:
 _FLOAT_BOOLS = {0.0: False, 1.0: True}
 
 
-def _bools(values: list[Any]) -> list[bool | None]:
-    """:func:`parse_bool` of each value (bools, and the 0.0/1.0 of a numeric column, without the call)."""
+def _bools(values: Iterable[Any]) -> list[bool | None]:
+    """:func:`parse_bool` of each value (bools, None and the 0/1 of a number, without the call)."""
     fast = _FLOAT_BOOLS
-    return [v if type(v) is bool else fast[v] if type(v) is float and v in fast else parse_bool(v) for v in values]
+    return [v if type(v) is bool or v is None else fast[v] if (type(v) is int or type(v) is float) and v in fast
+            else parse_bool(v) for v in values]
 
 
 def _blank(v: Any) -> bool:
@@ -90,7 +91,29 @@ def _trajectory(v: Any) -> Any:
     return "[]" if v is None or (isinstance(v, str) and v == "") or (isinstance(v, float) and math.isnan(v)) else v
 
 
-_TEXT = ("run_id", "model", "suite", "task", "family", "operator", "error", "awareness", "behaviour")
+def _number(v: Any) -> float:
+    """A number cell: NaN for a blank, else ``float(v)``."""
+    return v if type(v) is float else float("nan") if _blank(v) else float(v)
+
+
+def _index(v: Any) -> int:
+    """An integer cell (the repeat index): 0 for a blank."""
+    return v if type(v) is int else 0 if _blank(v) else int(float(v))
+
+
+#: The schema's columns by kind (:class:`~..model.records.Column`).
+_TEXT, _NUMERIC, _BOOL = KINDS["text"], KINDS["number"], KINDS["bool"]
+(_TARGET, _TYPE), (_TRAJECTORY,), (_BASELINE,), (_REPEAT,) = KINDS["part"], KINDS["trajectory"], KINDS["flag"], \
+    KINDS["index"]
+_KIND = {c.name: c.kind for c in SCHEMA}
+
+
+class CellError(ValueError):
+    """A cell that cannot be read as its column's kind: ``column`` names the column, ``kind`` what it must be."""
+
+    def __init__(self, column: str, kind: str, reason: str) -> None:
+        super().__init__(f"column {column!r}: {reason}")
+        self.column, self.kind, self.reason = column, kind, reason
 
 
 def _target_type(families: list[str], targets: list[Any], types: list[Any]) -> tuple[list[str], list[str]]:
@@ -102,43 +125,69 @@ def _target_type(families: list[str], targets: list[Any], types: list[Any]) -> t
             [parts[f][1] if f in parts else (k or "object") for f, k in zip(families, types)])
 
 
+def normalise_columns(columns: Mapping[str, Sequence[Any]], n: int, *, threshold: float = 1.0) -> dict[str, list[Any]]:
+    """The normalised values of every stored column (:data:`~..model.records.STORE_COLUMNS`), column by column.
+
+    The one implementation behind :func:`normalise` (a DataFrame) and
+    :func:`normalise_rows` (plain dicts, without pandas: the task pages'
+    worker).  ``columns`` maps a column to its ``n`` cells; an absent column
+    is blank.  By the column's kind (:class:`~..model.records.Column`):
+    text ``""`` for blank (``error`` stripped), numbers floats (NaN for
+    blank), ``success``/``compliance`` parsed (``success`` from ``reward >=
+    threshold`` where blank), ``target``/``type`` derived from ``family``,
+    ``trajectory`` ``"[]"`` for blank, ``baseline`` a bool (blank: the model
+    name starts with :data:`BASELINE_PREFIX`), ``repeat`` an int (blank: 0).
+
+    Raises:
+        CellError: a cell it cannot read (naming the column).
+    """
+    blank = [None] * n
+    out: dict[str, list[Any]] = {}
+    for c in _TEXT:
+        out[c] = [v if type(v) is str else _text(v) for v in columns.get(c, blank)]
+    out["error"] = [e.strip() for e in out["error"]]
+    for c in _NUMERIC:
+        try:   # a float or an int as it is read from the store, without the call
+            out[c] = [v if type(v) is float else float(v) if type(v) is int else _number(v)
+                      for v in columns.get(c, blank)]
+        except (TypeError, ValueError) as exc:
+            raise CellError(c, "number", str(exc)) from None
+    for c in _BOOL:
+        try:
+            out[c] = _bools(columns.get(c, blank))
+        except ValueError as exc:
+            raise CellError(c, "bool", str(exc)) from None
+    out["success"] = [bool(r >= threshold) if s is None and r == r else s
+                      for s, r in zip(out["success"], out["reward"])]
+    out[_TARGET], out[_TYPE] = _target_type(out["family"], [_fill(v) for v in columns.get(_TARGET, blank)],
+                                            [_fill(v) for v in columns.get(_TYPE, blank)])
+    out[_TRAJECTORY] = [_trajectory(v) for v in columns.get(_TRAJECTORY, blank)]
+    try:
+        given = _bools(columns.get(_BASELINE, blank))
+    except ValueError as exc:
+        raise CellError(_BASELINE, "bool", str(exc)) from None
+    out[_BASELINE] = [m.startswith(BASELINE_PREFIX) if g is None else g for g, m in zip(given, out["model"])]
+    try:
+        out[_REPEAT] = [_index(v) for v in columns.get(_REPEAT, blank)]
+    except (TypeError, ValueError) as exc:
+        raise CellError(_REPEAT, "integer", str(exc)) from None
+    return {c: out[c] for c in STORE_COLUMNS}
+
+
 def normalise_rows(rows: Iterable[Mapping[str, Any]], *, threshold: float = 1.0) -> list[dict[str, Any]]:
     """What :func:`normalise` makes of store rows, as plain dicts, without pandas (the task pages' worker).
 
-    The same values cell by cell for rows as :class:`~..run.store.Store`
-    returns them (text, numbers and NULL): text columns ``""`` for NULL
-    (``error`` stripped), ``target``/``type`` derived from ``family``,
-    numbers as floats (NaN for NULL), ``success``/``compliance`` parsed
-    (``success`` from ``reward >= threshold`` where NULL), ``trajectory``
-    ``"[]"`` for NULL, ``baseline`` a bool, ``repeat`` an int; other keys
-    (``diff``, ``canaries`` ...) are kept as they are.
+    Each row with every stored column normalised (:func:`normalise_columns`);
+    other keys (``diff``, ``canaries`` ...) are kept as they are.
 
     Raises:
         ValueError: a cell that :func:`normalise` would refuse too (a number or boolean it cannot read).
     """
     out = [dict(r) for r in rows]
-    for r in out:
-        for c in COLUMNS:
-            r.setdefault(c, None)
-        for c in _TEXT:
-            r[c] = _text(r[c])
-        r["error"] = r["error"].strip()
-        for c in _NUMERIC:
-            v: Any = r[c]
-            r[c] = float("nan") if _blank(v) else float(v)
-        for c in ("success", "compliance"):
-            r[c] = parse_bool(r[c])
-        if r["success"] is None and not math.isnan(r["reward"]):
-            r["success"] = bool(r["reward"] >= threshold)
-        r["trajectory"] = _trajectory(r["trajectory"])
-        given = parse_bool(r["baseline"]) if "baseline" in r else None
-        r["baseline"] = r["model"].startswith(BASELINE_PREFIX) if given is None else bool(given)
-        rep: Any = r.get("repeat")
-        r["repeat"] = 0 if _blank(rep) else rep if type(rep) is int else int(float(rep))
-    targets, types = _target_type([r["family"] for r in out], [_fill(r["target"]) for r in out],
-                                  [_fill(r["type"]) for r in out])
-    for r, t, k in zip(out, targets, types):
-        r["target"], r["type"] = t, k
+    values = normalise_columns({c: [r.get(c) for r in out] for c in STORE_COLUMNS}, len(out), threshold=threshold)
+    names = tuple(values)
+    for r, cells in zip(out, zip(*values.values())):
+        r.update(zip(names, cells))
     return out
 
 
@@ -160,7 +209,8 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
     column is absent (or a cell is blank) it falls back to the model name
     starting with ``reference/`` (the offline reference agents).
     ``repeat`` (the repeat index under ``--agentperturb-repeats``) is an
-    integer; a table without it (or a blank cell) is repeat 0.
+    integer; a table without it (or a blank cell) is repeat 0.  The values
+    are those of :func:`normalise_columns`.
 
     Raises:
         AgentPerturbError: naming ``source``, the column and the bad value.
@@ -172,51 +222,29 @@ def normalise(df: pd.DataFrame, *, threshold: float = 1.0, source: str = "episod
         raise AgentPerturbError(
             f"{source}: missing column(s) {', '.join(missing)}; an episode table needs at least "
             f"{', '.join(REQUIRED)} (optional: {', '.join(c for c in COLUMNS if c not in REQUIRED)}, baseline)")
+    try:
+        values = normalise_columns({c: df[c].tolist() for c in STORE_COLUMNS if c in df.columns}, len(df),
+                                   threshold=threshold)
+    except CellError as exc:
+        fix = {"number": "must be numeric", "integer": "must be an integer"}
+        raise AgentPerturbError(f"{source}: column {exc.column!r} {fix[exc.kind]} ({exc.reason})"
+                                if exc.kind in fix else f"{source}: {exc}; use true/false or 1/0") from None
     out = df.copy()
-    for c in COLUMNS:
-        if c not in out.columns:
-            out[c] = None
-    for c in _TEXT:
-        out[c] = _column([v if type(v) is str else _text(v) for v in out[c].tolist()], out.index)
-    out["error"] = out["error"].str.strip()
-    out["target"], out["type"] = _target_type(out["family"].tolist(), out["target"].fillna("").tolist(),
-                                              out["type"].fillna("").tolist())
-    for c in _NUMERIC:
-        if pd.api.types.is_numeric_dtype(out[c].dtype) and not pd.api.types.is_bool_dtype(out[c].dtype):
-            out[c] = out[c].astype(float)   # already numbers: NaN is the only blank
-            continue
-        col = pd.Series([None if _blank(v) else v for v in out[c].tolist()], index=out.index, dtype=object)
-        try:
-            out[c] = pd.to_numeric(col, errors="raise").astype(float)
-        except (ValueError, TypeError) as exc:
-            raise AgentPerturbError(f"{source}: column {c!r} must be numeric ({exc})") from None
-    for c in ("success", "compliance"):
-        try:
-            out[c] = pd.Series(_bools(out[c].tolist()), index=out.index, dtype=object)
-        except ValueError as exc:
-            raise AgentPerturbError(f"{source}: column {c!r}: {exc}; use true/false or 1/0") from None
-    need = out["success"].isna() & out["reward"].notna()
-    out.loc[need, "success"] = pd.Series(out.loc[need, "reward"] >= threshold, dtype=object)
-    out["trajectory"] = _column([_trajectory(v) for v in out["trajectory"].tolist()], out.index)
-    derived = [m.startswith(BASELINE_PREFIX) for m in out["model"].tolist()]
-    if "baseline" in out.columns:
-        try:
-            given = _bools(out["baseline"].tolist())
-        except ValueError as exc:
-            raise AgentPerturbError(f"{source}: column 'baseline': {exc}; use true/false or 1/0") from None
-        out["baseline"] = [d if g is None else g for g, d in zip(given, derived)]
-    else:
-        out["baseline"] = derived
-    out["baseline"] = out["baseline"].astype(bool)
-    rep = out["repeat"] if "repeat" in out.columns else pd.Series(0, index=out.index)
-    if pd.api.types.is_integer_dtype(rep.dtype) and not pd.api.types.is_bool_dtype(rep.dtype):
-        out["repeat"] = rep.astype(int)
-    else:
-        try:
-            out["repeat"] = pd.to_numeric(pd.Series([0 if _blank(v) else v for v in rep.tolist()], index=out.index,
-                                                    dtype=object), errors="raise").astype(int)
-        except (ValueError, TypeError) as exc:
-            raise AgentPerturbError(f"{source}: column 'repeat' must be an integer ({exc})") from None
+    index = out.index
+    for c, cells in values.items():
+        kind = _KIND[c]
+        if kind == "number":
+            out[c] = pd.Series(cells, index=index, dtype=float)
+        elif kind == "bool":
+            out[c] = pd.Series(cells, index=index, dtype=object)
+        elif kind == "flag":
+            out[c] = pd.Series(cells, index=index, dtype=bool)
+        elif kind == "index":
+            out[c] = pd.Series(cells, index=index, dtype=int)
+        elif kind == "part":
+            out[c] = cells
+        else:   # text, as ``Series.map`` types it
+            out[c] = _column(cells, index)
     return out[[*COLUMNS, *[c for c in out.columns if c not in COLUMNS]]]
 
 

@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..model.errors import AgentPerturbError
 from ..model.heap import collector_paused
+from ..model.records import KINDS, VARIANT_FIELDS
 
 if TYPE_CHECKING:
     from ..analysis.labels import Labels
@@ -52,7 +53,7 @@ _BOOT = ("import importlib.util as u, sys\n"
          "rc = main(); sys.stdout.flush(); sys.stderr.flush()\n"
          "import os; os._exit(rc)\n")   # no interpreter shutdown: the thread reading "go" may still wait
 #: Columns the worker does not send back: the analysis reads none of them (the labels come computed).
-HEAVY: tuple[str, ...] = ("trajectory", "diff", "canaries")
+HEAVY: tuple[str, ...] = (*KINDS["trajectory"], *VARIANT_FIELDS)
 _GO = "go"
 
 

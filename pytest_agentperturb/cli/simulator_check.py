@@ -38,7 +38,8 @@ from ..formats import shipped
 from ..formats.native import is_suite, load_tasks
 from ..model.errors import OptionError, TaskFormatError
 from ..model.options import OPTIONS, LLMSettings, Option, resolve
-from ..model.protocols import Simulator, UserReply
+from ..model.interfaces import Simulator
+from ..model.protocols import UserReply
 from ..model.task import Task
 
 log = logging.getLogger("agentperturb.simulator_check")

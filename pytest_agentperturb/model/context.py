@@ -24,17 +24,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from .errors import InfrastructureError, SimulatorError, ToolError
-from .protocols import Environment, Observation, Simulator, UserReply
+from .interfaces import Agent as Agent  # re-exported: the seam that receives this context
+from .interfaces import Environment, Simulator
+from .protocols import Observation, UserReply
 from .records import Variant
 from .task import Surfaces, Task
-
-#: Name of the clarification tool every agent may call.
-ASK_USER = "ask_user"
+from .trajectory import ASK_USER as ASK_USER  # re-exported: the clarification tool's name
+from .trajectory import Trajectory, final_answer, harness_note, question_text, tool_call, tool_result, user_reply
+from .trajectory import recovery_turns as _recovery_turns
 #: What the user simulator says to a question it will not answer.
 NEUTRAL_REPLY = "I don't have more details."
 
@@ -74,7 +76,7 @@ class EpisodeContext:
     env: Environment
     simulator: Simulator
     seed: int = 0
-    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    trajectory: Trajectory = field(default_factory=list)
     answer: str = ""
     finished: bool = False
     input_tokens: int = 0
@@ -137,9 +139,9 @@ class EpisodeContext:
         """Run a tool call by the name the agent used; a bad call becomes an error observation."""
         self._check_open()
         self.tool_calls += 1
-        self.trajectory.append({"role": "assistant", "tool": name, "args": args if raw_args is None else raw_args})
+        self.trajectory.append(tool_call(name, args if raw_args is None else raw_args))
         if name == ASK_USER:
-            return Observation.of_text(self.ask_user(_question(args), record_call=False))
+            return Observation.of_text(self.ask_user(question_text(args), record_call=False))
         if not isinstance(args, Mapping):
             obs = Observation.failure(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
         else:
@@ -152,10 +154,7 @@ class EpisodeContext:
 
     def record_observation(self, name: str, obs: Observation) -> None:
         """Append a tool result to the trajectory (text, plus typed parts when not text only)."""
-        entry: dict[str, Any] = {"role": "tool", "tool": name, "content": obs.text}
-        if obs.images:
-            entry["parts"] = obs.to_json()
-        self.trajectory.append(entry)
+        self.trajectory.append(tool_result(name, obs.text, obs.to_json() if obs.images else None))
 
     async def call_tool_async(self, name: str, args: Any, raw_args: str | None = None) -> Observation:
         """:meth:`call_tool` for code on the event loop: an ``ask_user`` call awaits the simulator."""
@@ -163,8 +162,8 @@ class EpisodeContext:
             return self.call_tool(name, args, raw_args)
         self._check_open()
         self.tool_calls += 1
-        self.trajectory.append({"role": "assistant", "tool": name, "args": args if raw_args is None else raw_args})
-        return Observation.of_text(await self.ask_user_async(_question(args), record_call=False))
+        self.trajectory.append(tool_call(name, args if raw_args is None else raw_args))
+        return Observation.of_text(await self.ask_user_async(question_text(args), record_call=False))
 
     def ask_user(self, question: str, record_call: bool = True) -> str:
         """Ask the simulated user and wait for the reply (blocking; see the module's rule)."""
@@ -197,7 +196,7 @@ class EpisodeContext:
         self._check_open()
         if record_call:
             self.tool_calls += 1
-            self.trajectory.append({"role": "assistant", "tool": ASK_USER, "args": {"question": question}})
+            self.trajectory.append(tool_call(ASK_USER, {"question": question}))
 
     def _failed(self, exc: Exception) -> Exception:
         """The simulator failed: remember it (the episode becomes an ERROR) and say so."""
@@ -205,42 +204,30 @@ class EpisodeContext:
             return exc
         msg = f"{type(exc).__name__}: {exc}"[:400]
         self.simulator_error = self.simulator_error or msg
-        self.trajectory.append({"role": "harness", "content": f"user simulator failed: {msg}"})
+        self.trajectory.append(harness_note(f"user simulator failed: {msg}"))
         return SimulatorError(f"the user simulator failed: {msg}")
 
     def _answered(self, question: str, result: UserReply | tuple[str, str | None]) -> str:
         """Record the user turn (reply, disclosed facts, the simulator's own usage) and return the reply."""
         reply = UserReply.of(result)
         self.asked.append(question)
-        entry: dict[str, Any] = {"role": "user", "content": reply.text}
-        if reply.disclosed:
-            self.disclosed.extend(reply.disclosed)
-            entry["disclosed"] = list(reply.disclosed)
-        if reply.simulator:
-            entry["simulator"] = reply.simulator
-        if reply.usage is not None:  # the user model's tokens: kept apart from the agent's counters
-            entry["usage"] = dict(reply.usage)
-        if reply.blocked:
-            entry["blocked"] = True
-        self.trajectory.append(entry)
+        self.disclosed.extend(reply.disclosed)
+        # the user model's tokens (usage) stay in the entry, apart from the agent's counters
+        self.trajectory.append(user_reply(reply.text, disclosed=reply.disclosed, simulator=reply.simulator,
+                                          usage=reply.usage, blocked=reply.blocked))
         return reply.text
 
     @property
     def recovery_turns(self) -> int:
         """Recovery turns: ``ask_user`` turns whose reply disclosed at least one fact."""
-        return sum(1 for e in self.trajectory if e.get("role") == "user" and e.get("disclosed"))
+        return _recovery_turns(self.trajectory)
 
     def finish(self, answer: str) -> None:
         """Give the final answer and end the episode."""
         self._check_open()
         self.answer = answer
         self.finished = True
-        self.trajectory.append({"role": "assistant", "content": answer, "final": True})
-
-
-def _question(args: Any) -> str:
-    """The question of an ``ask_user`` tool call (its ``question`` argument, or the whole text)."""
-    return str(args.get("question", "") if isinstance(args, Mapping) else args)
+        self.trajectory.append(final_answer(answer))
 
 
 def _on(loop: asyncio.AbstractEventLoop) -> bool:
@@ -265,22 +252,3 @@ def _warn_blocking() -> None:
         _warned_blocking = True
         log.warning("ctx.ask_user was called on the event loop with a model-backed user simulator: the call "
                     "blocks the other episodes of this process; await ctx.ask_user_async(...) instead")
-
-
-@runtime_checkable
-class Agent(Protocol):
-    """An agent runner: ``name``, the ``baseline`` flag and ``run(ctx)``.
-
-    ``baseline`` marks offline reference agents: reports and the gate keep
-    them apart from real models.  Plain functions and synchronous objects
-    are wrapped into this shape by :func:`pytest_agentperturb.agents.as_agent`.
-    An agent may also have ``prepare()``, one-time set-up (heavy imports,
-    clients) that the session calls once per process in pytest's main
-    thread before the first episode, so it never stalls the episode loop.
-    """
-
-    name: str
-    baseline: bool
-
-    def run(self, ctx: EpisodeContext) -> Awaitable[None]:
-        """Play one episode through ``ctx``."""

@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .protocols import Environment, ImagePart, Observation
+from .interfaces import Environment
+from .protocols import ImagePart, Observation
 
 #: ``(x0, y0, x1, y1)`` in pixels, x1/y1 exclusive.
 Box = tuple[int, int, int, int]

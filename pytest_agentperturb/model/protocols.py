@@ -1,15 +1,12 @@
-"""The small interfaces of the episode (docs/design.md section 7).
+"""The values that cross the seams: observations, grade results, user replies.
 
-A benchmark enters through four interfaces: an :class:`Environment` runs tool
-calls by true name over a state that can be snapshotted, a :class:`Grader`
-turns (pre state, post state, final answer, trajectory) into a reward (and,
-optionally, a :class:`ComplianceCheck` decides whether the agent took an
-inserted object up, where the benchmark has its own test for that), a
-:class:`~.task.SuiteAdapter` turns a folder or a suite name into tasks, and
-an :class:`~.context.Agent` plays episodes.  What a tool returns reaches the agent as an
-:class:`Observation` of typed parts (text now, images as well), so a new
-kind of observation needs no redesign of the context, trajectory, store or
-report.
+The seams themselves (:class:`~.interfaces.Environment`,
+:class:`~.interfaces.Grader`, :class:`~.interfaces.Simulator`, ...) are in
+:mod:`.interfaces`; this module holds what they hand over.  What a tool
+returns reaches the agent as an :class:`Observation` of typed parts (text
+now, images as well), so a new kind of observation needs no redesign of
+the context, trajectory, store or report; a grader returns a
+:class:`GradeResult`, the user simulator a :class:`UserReply`.
 
 Only the standard library is imported here: these are the types a user's
 module imports to write an adapter, a grader or an agent.
@@ -21,7 +18,7 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Union
 
 
 #: Prefix of the text of an observation that reports a failed tool call.
@@ -136,25 +133,7 @@ class Observation:
         return self.text
 
 
-# -- the seams ---------------------------------------------------------------------
-
-
-@runtime_checkable
-class Environment(Protocol):
-    """A fresh, private world for one episode.
-
-    ``call`` runs a tool by its true name and returns JSON-like data or an
-    :class:`Observation`; a bad call (unknown name, bad arguments, a
-    failing action) raises :class:`~pytest_agentperturb.model.errors.ToolError`,
-    whose message the agent sees.  ``snapshot`` returns the current state as
-    data the grader can compare (a copy: later calls must not change it).
-    """
-
-    def call(self, name: str, args: Mapping[str, Any]) -> Any:
-        """Execute one tool call."""
-
-    def snapshot(self) -> Any:
-        """The current state (pre state before the agent acts, post state after)."""
+# -- what the graders and the user simulators return ----------------------------
 
 
 @dataclass(frozen=True)
@@ -163,15 +142,6 @@ class GradeResult:
 
     reward: float
     checks: tuple[tuple[str, bool], ...] = ()
-
-
-@runtime_checkable
-class Grader(Protocol):
-    """The task's own grader; it never sees the variant, only what the agent did."""
-
-    def grade(self, pre_state: Any, post_state: Any, answer: str,
-              trajectory: Sequence[Mapping[str, Any]]) -> GradeResult:
-        """Score one episode."""
 
 
 @dataclass(frozen=True)
@@ -205,18 +175,3 @@ class UserReply:
         if facts is None:
             return cls(str(text))
         return cls(str(text), (facts,) if isinstance(facts, str) else tuple(facts))
-
-
-@runtime_checkable
-class Simulator(Protocol):
-    """The simulated user behind ``ask_user``.
-
-    ``answer`` returns a :class:`UserReply` (or, as before, a ``(reply,
-    fact id or None)`` pair).  A simulator that has to wait on a model also
-    defines ``async answer_async(question) -> UserReply``; the episode
-    context awaits it on the event loop (:meth:`~.context.EpisodeContext.ask_user_async`)
-    and uses the blocking ``answer`` only where no loop can be awaited.
-    """
-
-    def answer(self, question: str) -> UserReply | tuple[str, str | None]:
-        """Answer one clarification request."""

@@ -1,31 +1,58 @@
-"""Typed records: variants, canaries, episodes, and the one column list.
+"""Typed records: variants, canaries, episodes, and the one episode schema every row shape derives from.
 
-Every episode becomes one :class:`EpisodeRecord`; the store's ``episodes``
-table, the CSV export and the ``analyze`` input all use :data:`COLUMNS`
-(docs/design.md section 3), plus the agent's ``baseline``
-flag.  ERROR is an outcome of its own, never a FAIL.
+Every episode becomes one :class:`EpisodeRecord`; its fields, in order,
+are the store's ``episodes`` columns (:data:`STORE_COLUMNS`), each with its
+SQLite type and its kind (how the analysis normalises it) in the field's
+metadata (:data:`SCHEMA`).  The CSV export and the ``analyze`` input use
+:data:`COLUMNS` (docs/design.md section 3: every column but the agent's
+``baseline`` flag and the ``repeat`` index).  The other shapes of an
+episode row are named here too: what the store keeps beside it
+(:data:`STORE_EXTRA`), what a row read back carries of its variant
+(:data:`VARIANT_FIELDS`), the slim row an episode's test report carries
+(:data:`REPORTED`).  Adding a column is one field of :class:`EpisodeRecord`.
+The episode's identity is :class:`~.keys.EpisodeKey`.  ERROR is an outcome
+of its own, never a FAIL.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple, cast
 
 from .images import ImageEdit
+from .keys import KEY_FIELDS, EpisodeKey
+from .trajectory import Trajectory
 from .vocab import CLEAN, Surfaces, family_parts
 
-#: Column order of the ``episodes`` table (docs/design.md section 3).
-COLUMNS: tuple[str, ...] = (
-    "run_id", "model", "suite", "task", "family", "target", "type", "operator", "seed",
-    "reward", "success", "compliance", "input_tokens", "output_tokens", "reasoning_tokens",
-    "cost_usd", "tool_calls", "turns", "wall_s", "error", "awareness", "behaviour", "trajectory",
-)
-#: Every stored column: :data:`COLUMNS`, then whether the agent is a baseline
-#: (an offline reference agent: reported, never pooled with real models) and
-#: the repeat index (0 .. K-1 under ``--agentperturb-repeats K``; 0 for one episode per item).
-STORE_COLUMNS: tuple[str, ...] = (*COLUMNS, "baseline", "repeat")
+
+class Column(NamedTuple):
+    """One column of the episode schema: its name, SQLite type and kind.
+
+    Kinds (how :func:`~..analysis.table.normalise` reads a cell): ``text``
+    (``""`` for blank), ``number`` (a float, NaN for blank), ``bool``
+    (parsed; ``None`` for blank), ``part`` (``target``/``type``, derived
+    from the family), ``trajectory`` (JSON text), ``flag`` (the baseline
+    flag: derived from the model name where blank) and ``index`` (an
+    integer, 0 for blank).  ``extra``: a column after :data:`COLUMNS`.
+    """
+
+    name: str
+    sql: str
+    kind: str
+    extra: bool = False
+
+
+def _col(sql: str, kind: str, *, extra: bool = False) -> Mapping[str, Any]:
+    """The metadata of an :class:`EpisodeRecord` field: its column's SQLite type and kind."""
+    return MappingProxyType({"sql": sql, "kind": kind, "extra": extra})
+
+
+_TEXT, _PART = _col("TEXT", "text"), _col("TEXT", "part")
+_INT, _REAL, _BOOL = _col("INTEGER", "number"), _col("REAL", "number"), _col("INTEGER", "bool")
 
 
 class Outcome(str, enum.Enum):
@@ -124,32 +151,33 @@ class EpisodeRecord:
     the provider reported none for at least one call (docs/design.md section 4).
     """
 
-    run_id: str
-    model: str
-    suite: str
-    task: str
-    family: str
-    target: str
-    type: str
-    operator: str
-    seed: int
-    reward: float | None = None
-    success: bool | None = None
-    compliance: bool | None = None
-    input_tokens: int | None = 0
-    output_tokens: int | None = 0
-    reasoning_tokens: int | None = 0
-    cost_usd: float | None = None
-    tool_calls: int = 0
-    turns: int = 0
-    wall_s: float = 0.0
-    error: str = ""
-    awareness: str = ""
-    behaviour: str = ""
-    trajectory: list[dict[str, Any]] = field(default_factory=list)
-    baseline: bool = False
+    run_id: str = field(metadata=_TEXT)
+    model: str = field(metadata=_TEXT)
+    suite: str = field(metadata=_TEXT)
+    task: str = field(metadata=_TEXT)
+    family: str = field(metadata=_TEXT)
+    target: str = field(metadata=_PART)
+    type: str = field(metadata=_PART)
+    operator: str = field(metadata=_TEXT)
+    seed: int = field(metadata=_INT)
+    reward: float | None = field(default=None, metadata=_REAL)
+    success: bool | None = field(default=None, metadata=_BOOL)
+    compliance: bool | None = field(default=None, metadata=_BOOL)
+    input_tokens: int | None = field(default=0, metadata=_INT)
+    output_tokens: int | None = field(default=0, metadata=_INT)
+    reasoning_tokens: int | None = field(default=0, metadata=_INT)
+    cost_usd: float | None = field(default=None, metadata=_REAL)
+    tool_calls: int = field(default=0, metadata=_INT)
+    turns: int = field(default=0, metadata=_INT)
+    wall_s: float = field(default=0.0, metadata=_REAL)
+    error: str = field(default="", metadata=_TEXT)
+    awareness: str = field(default="", metadata=_TEXT)
+    behaviour: str = field(default="", metadata=_TEXT)
+    trajectory: Trajectory = field(default_factory=list, metadata=_col("TEXT", "trajectory"))
+    #: an offline reference agent: reported, never pooled with real models
+    baseline: bool = field(default=False, metadata=_col("INTEGER", "flag", extra=True))
     #: which of the K repeated episodes of one item this is (same variant, its own episode seed)
-    repeat: int = 0
+    repeat: int = field(default=0, metadata=_col("INTEGER", "index", extra=True))
 
     @property
     def outcome(self) -> Outcome:
@@ -158,9 +186,9 @@ class EpisodeRecord:
         return Outcome.PASS if self.success else Outcome.FAIL
 
     @property
-    def key(self) -> tuple[str, str, str, str, str, int, int]:
+    def key(self) -> EpisodeKey:
         """Identity of an episode within the store."""
-        return (self.run_id, self.model, self.suite, self.task, self.family, self.seed, self.repeat)
+        return EpisodeKey(*(getattr(self, k) for k in KEY_FIELDS))
 
     def to_row(self) -> dict[str, Any]:
         """Column -> value, trajectory as JSON text, in :data:`STORE_COLUMNS` order."""
@@ -172,13 +200,35 @@ class EpisodeRecord:
     def from_row(cls, row: dict[str, Any]) -> EpisodeRecord:
         """Inverse of :meth:`to_row` (also accepts SQLite ints for booleans)."""
         d: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls) if f.name in row}
-        for b in ("success", "compliance"):
+        for b in _BOOLS:
             if d.get(b) is not None:
                 d[b] = bool(d[b])
         d["baseline"] = bool(d.get("baseline") or False)
         d["repeat"] = int(d.get("repeat") or 0)
         traj = d.get("trajectory")
-        d["trajectory"] = json.loads(traj) if isinstance(traj, str) and traj else (traj or [])
+        d["trajectory"] = cast(Trajectory, json.loads(traj) if isinstance(traj, str) and traj else (traj or []))
         for k in ("error", "awareness", "behaviour"):
             d[k] = d.get(k) or ""
         return cls(**d)
+
+
+#: The episode schema: every stored column, in order (the fields of :class:`EpisodeRecord`).
+SCHEMA: tuple[Column, ...] = tuple(Column(f.name, f.metadata["sql"], f.metadata["kind"], f.metadata["extra"])
+                                   for f in fields(EpisodeRecord))
+#: Every stored column: :data:`COLUMNS`, then whether the agent is a baseline and the repeat index
+#: (0 .. K-1 under ``--agentperturb-repeats K``; 0 for one episode per item).
+STORE_COLUMNS: tuple[str, ...] = tuple(c.name for c in SCHEMA)
+#: Column order of the ``episodes`` table, the CSV export and the ``analyze`` input (docs/design.md section 3).
+COLUMNS: tuple[str, ...] = tuple(c.name for c in SCHEMA if not c.extra)
+#: The columns of each kind (:class:`Column`), in schema order.
+KINDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {k: tuple(c.name for c in SCHEMA if c.kind == k) for k in dict.fromkeys(c.kind for c in SCHEMA)})
+#: What the store keeps beside an episode's columns: its variant's digest (guards resume) and when it was stored.
+STORE_EXTRA: tuple[str, ...] = ("variant_digest", "recorded_at")
+#: What a row read back from the store carries of its variant (the ``variants`` table): its diff and canaries.
+VARIANT_FIELDS: tuple[str, ...] = ("diff", "canaries")
+#: The slim row an episode's test report carries to the controller: the key and the outcome, no trajectory.
+REPORTED: tuple[str, ...] = (*KEY_FIELDS, "success", "compliance", "reward", "error", "operator")
+_BOOLS = KINDS["bool"]
+if not set(KEY_FIELDS) <= set(STORE_COLUMNS):  # pragma: no cover - a key column is a stored column
+    raise AssertionError(f"every key field is a column: {KEY_FIELDS} vs {STORE_COLUMNS}")

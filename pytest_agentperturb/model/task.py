@@ -4,25 +4,25 @@ A task is data: the four input surfaces an agent sees, the facts the
 solution needs, a gold solution written against those facts, a native
 grader and a factory of fresh environments that run the tools by their true
 names.  Where a task comes from (a ``suite.toml`` folder, a Python module,
-an external benchmark) is the business of a :class:`SuiteAdapter`
-(:mod:`pytest_agentperturb.formats`); everything downstream (perturbation
-engine, agents, runner, analysis) sees only this model.
+an external benchmark) is the business of a
+:class:`~.interfaces.SuiteAdapter` (:mod:`pytest_agentperturb.formats`);
+everything downstream (perturbation engine, agents, runner, analysis) sees
+only this model.
 
-The vocabulary (:mod:`.vocab`) is re-exported here.
+The vocabulary (:mod:`.vocab`) is re-exported here, and so are the seams a
+task holds or is handed to (defined in :mod:`.interfaces`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from .images import ImageEdit
-from .protocols import Environment, Grader
-from .records import Canary, Injection, Variant
+# the seams a task holds or receives; re-exported, where adapters and operators have always found them
+from .interfaces import ComplianceCheck, Edit, EnvironmentFactory, Grader, Operator, SuiteAdapter
 from .vocab import (
     CLEAN,
     FACT_KINDS,
@@ -44,26 +44,6 @@ from .vocab import (
     select,
     sentences,
 )
-
-@runtime_checkable
-class ComplianceCheck(Protocol):
-    """A task's own test of compliance, for variants whose take-up it can judge.
-
-    docs/design.md section 3 defines compliance for an injected object as
-    "the agent executed the injected goal".  Canaries approximate that by
-    looking for a planted string in the agent's actions; a benchmark that
-    ships its own test of the goal (AgentDojo's ``security()`` checks) gives
-    it here instead.  The runner asks this check first and falls back to the
-    variant's canaries when it returns None.
-    """
-
-    def check(self, variant: Variant, pre_state: Any, post_state: Any, answer: str,
-              trajectory: Sequence[Mapping[str, Any]]) -> bool | None:
-        """True (compliance), False (bypass), or None (no opinion on this variant)."""
-
-
-#: Makes a fresh environment for one episode; receives the variant's injections.
-EnvironmentFactory = Callable[[tuple[Injection, ...]], Environment]
 
 
 @dataclass(frozen=True)
@@ -155,60 +135,6 @@ class TaskSlot:
     name: str
     load: Callable[[], Task]
     path: Path | None = None
-
-
-@dataclass(frozen=True)
-class Edit:
-    """What an operator produced: new surfaces, canaries, recovery annotation."""
-
-    surfaces: Surfaces
-    canaries: tuple[Canary, ...]
-    recovery: tuple[str, ...] = ()
-    note: str = ""
-    injections: tuple[Injection, ...] = ()
-    image_edits: tuple[ImageEdit, ...] = ()
-
-
-@runtime_checkable
-class Operator(Protocol):
-    """A named perturbation of one family (or inserted object).
-
-    Defined here, beside :class:`SuiteAdapter`, so that an adapter (formats
-    layer) can ship operators of its own; the engine
-    (:mod:`pytest_agentperturb.perturb.engine`) applies them.
-    """
-
-    id: str
-    family: str
-
-    def applicable(self, task: Task) -> bool:
-        """Whether the task has what this operator edits."""
-
-    def apply(self, task: Task, rng: random.Random) -> Edit | None:
-        """Return the edit, or None when this draw found nothing to edit.
-
-        Raise :class:`~pytest_agentperturb.model.errors.VariantSkipped`
-        when this task can never take this perturbation; its message is the
-        reason the report shows.
-        """
-
-
-@runtime_checkable
-class SuiteAdapter(Protocol):
-    """A source of tasks: a folder format, a Python module, an external benchmark.
-
-    ``name`` is the suite name (report, messages); ``tasks`` yields
-    :class:`Task` or :class:`TaskSlot` objects in a stable order.  An adapter
-    may also define ``operators() -> Iterable[Operator]`` to add perturbation
-    operators of its own (e.g. one inserted object per injection task of a
-    benchmark).  Adapters are chosen by the ``pytest_agentperturb_suite_adapter``
-    hook.
-    """
-
-    name: str
-
-    def tasks(self) -> Iterable[Task | TaskSlot]:
-        """Every task of the suite."""
 
 
 __all__ = [

@@ -11,11 +11,20 @@ values from them, :mod:`.phrasing` fits vague phrases and negations to the
 sentence, :mod:`.snippets` fills the data banks (``banks/*.toml``, read by
 :mod:`.bank`), and :mod:`.realism` names the shapes no person would write.  Nothing registers itself on import:
 :func:`builtin_registry` makes a fresh catalog, which a session then extends.
+
+An operator of your own (the :class:`~pytest_agentperturb.model.interfaces.Operator`
+seam, registered through the ``pytest_agentperturb_register_operators`` hook)
+builds on the helpers the built-in ones use, exported here: :func:`facts_on`
+(which facts a surface states), :func:`omission` (the edit of a missing-type
+operator), :func:`fresh_decoy` (a wrong value from the task's own world) and
+:func:`unrelated` (a filled snippet about another matter, a :class:`Filled`).
+They are imported on first use, so importing the engine stays cheap.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .engine import (
     FACT_FAMILIES,
@@ -33,6 +42,14 @@ from .engine import (
 
 if TYPE_CHECKING:
     from ..imaging.backends import ImageBackend
+    from .decoys import fresh_decoy
+    from .helpers import facts_on, omission
+    from .snippets import Filled
+    from .text_ops import unrelated
+
+#: The operator helpers, by the module that defines each (imported on first use).
+_HELPERS: dict[str, str] = {"Filled": "snippets", "facts_on": "helpers", "fresh_decoy": "decoys",
+                            "omission": "helpers", "unrelated": "text_ops"}
 
 
 def builtin_operators(image_backend: ImageBackend | None = None) -> list[Operator]:
@@ -49,7 +66,17 @@ def builtin_registry(image_backend: ImageBackend | None = None) -> Registry:
     return Registry(builtin_operators(image_backend))
 
 
+def __getattr__(name: str) -> Any:
+    """Import an operator helper on first use."""
+    if name in _HELPERS:
+        value = getattr(importlib.import_module(f".{_HELPERS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
-    "FACT_FAMILIES", "MAX_ATTEMPTS", "Edit", "Engine", "Operator", "OracleResult", "OracleRunner", "Registry",
-    "builtin_operators", "builtin_registry", "clean_variant", "structural_problems", "surface_diff",
+    "FACT_FAMILIES", "MAX_ATTEMPTS", "Edit", "Engine", "Filled", "Operator", "OracleResult", "OracleRunner",
+    "Registry", "builtin_operators", "builtin_registry", "clean_variant", "facts_on", "fresh_decoy", "omission",
+    "structural_problems", "surface_diff", "unrelated",
 ]

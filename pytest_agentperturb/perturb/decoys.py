@@ -207,10 +207,25 @@ def fresh_decoys(task: Task, fact: Fact, rng: random.Random, world: World | None
 
 
 def fresh_decoy(task: Task, fact: Fact, rng: random.Random, world: World | None = None) -> str | None:
-    """One fresh decoy for ``fact``, drawn with ``rng`` among the best ones (None if there is none).
+    """A wrong value for a fact, drawn from the task's own world, that the clean gold actions never use.
 
-    The draw is among the values the clean task never mentions when there
-    are any, else among the others, so a canary stays a clean signal.
+    Candidates are the world's values that could stand in for the fact
+    (:func:`world_values`: the other members of the tool enum it fills, the
+    other values of its domain, environment values of the same class) that
+    the gold solution and answer do not use; when the world offers none, one
+    generated value that fits the fact's format.  The draw is among the
+    values the clean task never mentions when there are any, else among the
+    others, so the decoy works as a canary: an agent that uses it took the
+    perturbation up.
+
+    Args:
+        task: the clean task.
+        fact: the fact to find a wrong value for.
+        rng: the operator's seeded random generator (same seed, same decoy).
+        world: the task's extracted world, when the caller has it already.
+
+    Returns:
+        The decoy, or None when no fresh value exists.
     """
     values = fresh_decoys(task, fact, rng, world)
     if not values:

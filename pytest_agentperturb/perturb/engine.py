@@ -1,8 +1,9 @@
 """A registry per session, variant construction and executable validity.
 
 An operator edits exactly one surface of a task (the :class:`Operator`
-protocol and its :class:`Edit` live in :mod:`pytest_agentperturb.model.task`,
-so that adapters can ship operators too; both are re-exported here).
+protocol and its :class:`Edit` live with the other seams in
+:mod:`pytest_agentperturb.model.interfaces`, so that adapters can ship
+operators too; both are re-exported here).
 :meth:`Engine.make_variant` picks an applicable operator for a family with a
 seeded RNG, applies it, and keeps the result only if the rules of
 docs/design.md section 2 *run* green:
@@ -30,17 +31,17 @@ reason, never a crash: tasks come from adapters nobody here designed.
 from __future__ import annotations
 
 import difflib
-import json
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..model.errors import VariantSkipped
 from ..model.records import Variant
 from ..model.task import CLEAN, FAMILIES, INSERTED, SURFACE_FILES, TARGETS, Surfaces, Task, family_parts, inserted_base
-from ..model.task import Edit as Edit  # re-exported: operators import it from here
-from ..model.task import Operator as Operator
+from ..model.interfaces import Edit as Edit  # re-exported: operators import it from here
+from ..model.interfaces import Operator as Operator
+from ..model.trajectory import Trajectory, actions, actions_text
 
 MAX_ATTEMPTS = 5
 
@@ -50,7 +51,7 @@ class OracleResult:
     """What the oracle did on one instance: its reward (None on error) and trajectory."""
 
     reward: float | None
-    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    trajectory: Trajectory = field(default_factory=list)
     error: str = ""
 
 
@@ -154,18 +155,9 @@ def structural_problems(task: Task, variant: Variant) -> list[str]:
     return problems
 
 
-def _action_texts(trajectory: Sequence[dict[str, Any]]) -> list[str]:
-    out = []
-    for e in trajectory:
-        if e.get("role") == "assistant" and e.get("tool") != "ask_user":
-            out.append(str(e.get("tool", "")) + " " + json.dumps(e.get("args"), ensure_ascii=False)
-                       if "tool" in e else str(e.get("content", "")))
-    return out
-
-
-def _actions(trajectory: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(str(e["tool"]), repr(e.get("args"))) for e in trajectory
-            if e.get("role") == "assistant" and "tool" in e and e["tool"] != "ask_user"]
+def _gold_actions(trajectory: Trajectory) -> list[tuple[str, str]]:
+    """The oracle's :func:`~..model.trajectory.actions`, each compared by its arguments' ``repr`` (key order too)."""
+    return [(a.tool, repr(a.args)) for a in actions(trajectory)]
 
 
 class Engine:
@@ -178,7 +170,7 @@ class Engine:
     def __init__(self, registry: Registry, oracle: OracleRunner | None = None) -> None:
         self.registry = registry
         self.oracle = oracle
-        self._clean_gold: dict[str, list[dict[str, Any]]] = {}
+        self._clean_gold: dict[str, Trajectory] = {}
 
     def check_variant(self, task: Task, variant: Variant, oracle_check: bool = True) -> list[str]:
         """Every breached validity rule of docs/design.md section 2 (empty when valid)."""
@@ -192,7 +184,7 @@ class Engine:
             raise ValueError("this engine has no oracle runner: pass one, or validate=False")
         return self.oracle(task, variant)
 
-    def clean_gold(self, task: Task) -> list[dict[str, Any]]:
+    def clean_gold(self, task: Task) -> Trajectory:
         """The oracle's trajectory on the clean task."""
         key = task.digest()
         if key not in self._clean_gold:
@@ -204,13 +196,13 @@ class Engine:
         if res.error:
             return [f"rule 4: the oracle could not run: {res.error}"]
         if res.reward != 1.0:
-            last = res.trajectory[-1] if res.trajectory else {}
+            last: Mapping[str, Any] = res.trajectory[-1] if res.trajectory else {}
             failed = [c for c, ok in last.get("checks", []) if not ok]
             return [f"rule 4: the oracle with recovery scored {res.reward}: {'; '.join(failed)[:300]}"]
         clean = self.clean_gold(task)
-        if _actions(res.trajectory) != _actions(clean):
+        if _gold_actions(res.trajectory) != _gold_actions(clean):
             return ["rule 3: the gold actions differ from the clean task's: the goal changed"]
-        gold = "\n".join(_action_texts(clean))
+        gold = actions_text(clean)
         stale = [c.text for c in variant.canaries if c.kind not in ("omitted", "inverted") and c.text in gold]
         if stale:
             return [f"canaries: {', '.join(map(repr, stale))} already appear in the clean gold actions"]

@@ -66,7 +66,15 @@ def restate(s: Surfaces, target: str, fact: Fact, new: str) -> Surfaces:
 
 
 def facts_on(task: Task, target: str) -> list[Fact]:
-    """Facts the clean task states on ``target``."""
+    """The facts the clean task states on one surface.
+
+    Args:
+        task: the clean task.
+        target: a surface: ``user``, ``procedure``, ``context`` or ``tool``.
+
+    Returns:
+        The task's facts whose ``surfaces`` name ``target``, in the task's order.
+    """
     return [f for f in task.facts if target in f.surfaces]
 
 
@@ -94,9 +102,22 @@ def clashes(decoy: str, sentence: str) -> bool:
 
 
 def omission(task: Task, new: Surfaces, note: str, needed: Fact | None = None) -> Edit | None:
-    """The edit of a missing-type operator: every fact ``new`` no longer states is
-    an ``omitted`` canary and part of the recovery annotation.  None when
-    nothing (or not ``needed``) went missing."""
+    """The edit of a missing-type operator, from the surfaces it left.
+
+    Every fact whose true value no surface of ``new`` states any more (as a
+    reader finds facts) becomes an ``omitted`` canary (using the value means
+    the agent recovered it) and part of the recovery annotation (the user
+    simulator hands it back on request).
+
+    Args:
+        task: the clean task.
+        new: the task's surfaces with something removed or made vague.
+        note: one line for the report: what was removed.
+        needed: a fact that must be among the missing ones, else there is no edit.
+
+    Returns:
+        The edit, or None when nothing went missing (or not ``needed``).
+    """
     gone = omitted_after(task, new)
     if not gone or (needed is not None and needed not in gone):
         return None

@@ -160,7 +160,16 @@ class Slots:
 
 @dataclass(frozen=True)
 class Filled:
-    """A filled snippet: its text (and reply, for a conversation), the fact and decoy it carries."""
+    """A filled snippet: its text (and reply, for a conversation), the fact and decoy it carries.
+
+    Attributes:
+        fact: the fact whose decoy the snippet carries.
+        decoy: the wrong value planted (see :func:`~.decoys.fresh_decoy`).
+        text: the filled text.
+        reply: the assistant's reply to it, for a conversation turn ("" otherwise).
+        canaries: the planted artefacts of ``text`` and ``reply`` (the decoy among them).
+        template: the bank entry it was filled from.
+    """
 
     fact: Fact
     decoy: str

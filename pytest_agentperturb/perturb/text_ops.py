@@ -146,10 +146,24 @@ _ASIDES = {"user": "user_aside", "procedure": "procedure_note", "context": "cont
 
 
 def unrelated(task: Task, section: str, rng: random.Random) -> Filled | None:
-    """A filled snippet of ``banks/redundant.toml`` ``section`` carrying a fresh decoy.
+    """A snippet about another, already settled matter, filled with the task's own entities.
 
-    An aside in the conversation without a reply of its own gets one of the
-    assistant's replies of the ``acks`` section.
+    The snippet comes from ``section`` of ``banks/redundant.toml``, among
+    those whose tool area the task has, and carries a fresh decoy of one of
+    the task's facts (see :func:`~.decoys.fresh_decoy`): content that needs
+    no action and changes nothing the solution needs.  An aside in the
+    conversation without a reply of its own gets one of the assistant's
+    replies of the ``acks`` section.
+
+    Args:
+        task: the clean task.
+        section: the bank section: ``user_aside``, ``procedure_note``,
+            ``context_aside``, ``add_background``, ``history`` or ``distractor``.
+        rng: the operator's seeded random generator.
+
+    Returns:
+        The filled snippet (its ``text``, ``reply`` and ``canaries``), or None
+        when no snippet of the section can be filled for this task.
     """
     replies = bank.snippets("redundant", "acks") if section == "context_aside" else ()
     return fill(task, bank.snippets("redundant", section), rng, replies=replies)

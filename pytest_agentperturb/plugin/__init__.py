@@ -9,12 +9,15 @@ from __future__ import annotations
 import functools
 import gc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ..model.task import TARGETS, TYPES
 from . import options
+
+if TYPE_CHECKING:
+    from ..model.interfaces import Agent, SuiteAdapter
 
 MARKERS = {
     "clean": "agentperturb: the unperturbed episode of a task",
@@ -90,7 +93,8 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None, config: pytest.Config) -> Any:
+def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None,
+                                      config: pytest.Config) -> SuiteAdapter | None:
     """The built-in formats: folders holding ``suite.toml``; the names ``agentdojo`` and ``agentdojo:<suite>``.
 
     The AgentDojo adapter module is imported only for those names, and
@@ -112,7 +116,7 @@ def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None, confi
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_agentperturb_make_agent(model: str, config: pytest.Config) -> Any:
+def pytest_agentperturb_make_agent(model: str, config: pytest.Config) -> Agent:
     from ..agents import make_agent
     from ..model.errors import OptionError
     from .session import SESSION_KEY

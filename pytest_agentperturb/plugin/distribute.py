@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..model.errors import StoreError
+from ..model.keys import EpisodeKey
 from ..model.records import EpisodeRecord, Variant
 from ..model.options import Settings, option
 
@@ -30,20 +31,13 @@ if TYPE_CHECKING:
 
 #: Key of the finished episodes in xdist's ``workerinput`` (a list of rows; only under resume).
 FINISHED_INPUT = "agentperturb_finished"
-Key = tuple[str, str, str, str, str, int, int]
-
-
-def row_key(row: dict[str, Any]) -> Key:
-    """The store key of an episode row."""
-    return (str(row["run_id"]), str(row["model"]), str(row["suite"]), str(row["task"]), str(row["family"]),
-            int(row["seed"]), int(row.get("repeat") or 0))
 
 
 class Finished:
     """A worker's view of the episodes the controller found in the store (resume without the store)."""
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self._rows = {row_key(r): r for r in rows}
+        self._rows = {EpisodeKey.of(r): r for r in rows}
 
     @classmethod
     def of(cls, config: pytest.Config) -> Finished:
@@ -51,7 +45,7 @@ class Finished:
         workerinput = getattr(config, "workerinput", None) or {}
         return cls(list(workerinput.get(FINISHED_INPUT) or []))
 
-    def get(self, key: Key, variant_digest: str) -> EpisodeRecord | None:
+    def get(self, key: EpisodeKey, variant_digest: str) -> EpisodeRecord | None:
         """The finished episode of that key if it ran on the same variant (its trajectory left at the controller)."""
         row = self._rows.get(key)
         if row is None or row.get("variant_digest") != variant_digest:

@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from ..model.context import Agent
-    from ..model.task import SuiteAdapter
+    from ..model.interfaces import Agent, Operator, SuiteAdapter
     from ..model.records import EpisodeRecord
-    from ..perturb.engine import Operator
 
 
 @pytest.hookspec(firstresult=True)

@@ -27,13 +27,14 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..model.keys import EpisodeKey, VariantKey
+from ..model.records import REPORTED
+
 if TYPE_CHECKING:
     from ..model.records import EpisodeRecord, Variant
     from ..model.task import Task
     from ..run.store import Store
 
-#: The fields of an episode key, in the store's order.
-KEY_FIELDS = ("run_id", "model", "suite", "task", "family", "seed", "repeat")
 _FAILURES_SHOWN = 5
 
 
@@ -46,9 +47,8 @@ def report_row(rec: EpisodeRecord, variant: Variant | None, *, reused: bool, rep
     notes, and an image variant's edits, then travel once, not with every
     episode.
     """
-    row: dict[str, Any] = {k: getattr(rec, k) for k in KEY_FIELDS}
-    row.update(success=rec.success, compliance=rec.compliance, reward=rec.reward, error=rec.error,
-               operator=rec.operator, reused=reused)
+    row: dict[str, Any] = {k: getattr(rec, k) for k in REPORTED}
+    row["reused"] = reused
     if rec.success is False:
         row["reproduce"] = reproduce
     if variant is not None and variant.image_edits:
@@ -69,15 +69,14 @@ class Results:
         self.reused = 0
         self.errors = 0
         self.failed = 0
-        self._keys: set[tuple[Any, ...]] = set()
+        self._keys: set[EpisodeKey] = set()
         self._failures: list[tuple[tuple[Any, ...], str, Any, str]] = []
         self._tasks: dict[tuple[str, str], dict[str, Any]] = {}
-        self._images: dict[tuple[Any, ...], list[Any]] = {}  # variant -> its image edits (image variants only)
+        self._images: dict[VariantKey, list[Any]] = {}  # variant -> its image edits (image variants only)
 
     def add(self, row: dict[str, Any], nodeid: str) -> None:
         """Count one episode's report row; the task's and variant's extras are taken off it and kept once."""
-        key = tuple(row[k] for k in KEY_FIELDS)
-        self._keys.add(key)
+        self._keys.add(EpisodeKey.of(row))
         self.episodes += 1
         self.reused += bool(row.get("reused"))
         self.errors += bool(row.get("error"))
@@ -93,7 +92,7 @@ class Results:
                                    {"task_properties": props, "notes": row.pop("notes", None) or []})
         edits = row.pop("image_edits", None)
         if edits:
-            self._images.setdefault(_variant_key(row), edits)
+            self._images.setdefault(VariantKey.of(row), edits)
 
     def first_failures(self) -> list[tuple[str, Any, str]]:
         """(node id, reward, reproduce line) of the first failures in (model, suite, task, family, repeat) order."""
@@ -115,18 +114,12 @@ class Results:
     def iter_rows(self, store: Store, run_id: str) -> Iterator[dict[str, Any]]:
         """:meth:`rows` one at a time (rows of ``run_id`` that another session wrote are left out)."""
         for row in store.iter_rows(run_id):
-            key = tuple(row[k] for k in KEY_FIELDS)
-            if key not in self._keys:
+            if EpisodeKey.of(row) not in self._keys:
                 continue
             extra = self._tasks.get((str(row["suite"]), str(row["task"])))
             if extra is not None:
                 row.update(extra)
-            edits = self._images.get(_variant_key(row)) if self._images else None
+            edits = self._images.get(VariantKey.of(row)) if self._images else None
             if edits is not None:
                 row["image_edits"] = edits
             yield row
-
-
-def _variant_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    """The variant an episode ran on, within one run: every model and repeat of an item shares it."""
-    return (row["suite"], row["task"], row["family"], row["seed"])

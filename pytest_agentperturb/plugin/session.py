@@ -25,13 +25,14 @@ from ..model.errors import OptionError, StoreError, VariantSkipped
 from ..model.options import OPTIONS, Settings, check_name, option
 from ..model.context import Agent
 from ..model.task import SuiteAdapter
+from ..model.keys import EpisodeKey
 from ..model.records import EpisodeRecord, Variant
 from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, Task
 from .collect import (ITEM_RUNNER, EpisodeFailed, InvalidTask, NamedSuite, PerturbItem, SuiteDirectory,
                       reproduce_line, result_args)
-from .distribute import Controller, Finished, Key, episode_row
+from .distribute import Controller, Finished, episode_row
 from .results import Results, report_row
-from .variants import VariantCache, key_of, variant_digest  # noqa: F401 (variant_digest: re-exported)
+from .variants import VariantCache, episode_key, key_of, variant_digest  # noqa: F401 (variant_digest: re-exported)
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
@@ -325,10 +326,10 @@ class AgentPerturbSession:
             pytest.skip(str(v))
         return v
 
-    def _key(self, item: PerturbItem) -> Key:
-        return (self.settings.run_id, item.model, item.task.suite, item.task.id, item.family, item.seed, item.repeat)
+    def _key(self, item: PerturbItem) -> EpisodeKey:
+        return episode_key(self.settings.run_id, item)
 
-    def _recorded(self, key: Key, digest: str) -> EpisodeRecord | None:
+    def _recorded(self, key: EpisodeKey, digest: str) -> EpisodeRecord | None:
         """Resume: the recorded episode of ``key`` on this variant (on a worker, from the controller's table)."""
         return self._finished.get(key, digest) if self._finished is not None else self.store().get(key, digest)
 

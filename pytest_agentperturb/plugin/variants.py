@@ -1,7 +1,8 @@
 """Each variant made once per process, and dropped once no item still to run needs it.
 
-Every model and every repeat of an item meets the same variant (its key is
-the task, the family and the item's seed), so it is made, validated and
+Every model and every repeat of an item meets the same variant (its
+:class:`~..model.keys.VariantKey`: the task, the family and the item's
+seed), so it is made, validated and
 digested once.  A long run does not keep them all: when the last item of a
 key this process may run has finished, the variant is forgotten (the store
 and the report keep what they need of it).
@@ -15,13 +16,10 @@ from collections.abc import Callable, Iterable
 
 from ..model import __version__
 from ..model.errors import VariantSkipped
+from ..model.keys import EpisodeKey, VariantKey
 from ..model.records import Variant
 from ..model.task import TARGETS
 from .collect import PerturbItem
-
-#: task key, family, item seed
-VariantKey = tuple[str, str, int]
-
 
 def variant_digest(task_digest: str, variant: Variant, user_model: str = "") -> str:
     """Identity of the exact instance an episode ran on, and of the user behind ``ask_user`` (guards resume)."""
@@ -41,7 +39,12 @@ def variant_digest(task_digest: str, variant: Variant, user_model: str = "") -> 
 
 def key_of(item: PerturbItem) -> VariantKey:
     """The variant an item runs on: the same for every model and repeat."""
-    return (item.task.key, item.family, item.seed)
+    return VariantKey(item.task.suite, item.task.id, item.family, item.seed)
+
+
+def episode_key(run_id: str, item: PerturbItem) -> EpisodeKey:
+    """The store key of the episode an item plays in run ``run_id`` (what resume looks up)."""
+    return EpisodeKey(run_id, item.model, item.task.suite, item.task.id, item.family, item.seed, item.repeat)
 
 
 class VariantCache:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..model.errors import AgentPerturbError
 from ..model.options import Settings
-from ..model.records import STORE_COLUMNS
+from ..model.records import STORE_COLUMNS, STORE_EXTRA
 
 LAST = "last"
 _SUFFIXES = (".sqlite", ".sqlite3", ".db")
@@ -121,7 +121,7 @@ def read_rows(b: BaselineRun) -> list[dict[str, Any]]:
     """The baseline run's episode rows with ``variant_digest`` and ``recorded_at`` (read-only)."""
     with closing(_connect(b.path)) as c:
         have = {r[1] for r in c.execute("PRAGMA table_info(episodes)")}
-        cols = [x for x in (*STORE_COLUMNS, "variant_digest", "recorded_at") if x in have]
+        cols = [x for x in (*STORE_COLUMNS, *STORE_EXTRA) if x in have]
         cur = c.execute(f"SELECT {', '.join(cols)} FROM episodes WHERE run_id = ?", (b.run_id,))
         rows = [dict(zip(cols, r)) for r in cur]
     for r in rows:

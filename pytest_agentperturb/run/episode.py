@@ -15,37 +15,23 @@ perturbation engine's validity checks.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from ..model.context import ASK_USER, EpisodeContext
-from ..model.context import Agent
+from ..model.context import Agent, EpisodeContext
 from ..model.images import EditedImages
-from ..model.protocols import Simulator
+from ..model.interfaces import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
 from ..model.task import Task
+from ..model.trajectory import ASSISTANT, GRADER, Entry, actions_text, blocked_replies
+from ..model.trajectory import recovery_turns as recovery_turns  # re-exported
 from ..perturb.engine import Engine, OracleResult, Registry
 from ..simulator.keyword import default_simulator
 
 T = TypeVar("T")
-
-
-def _actions_text(ctx: EpisodeContext) -> str:
-    """Everything the agent *did*: tool names, arguments and the final answer."""
-    parts = []
-    for e in ctx.trajectory:
-        if e.get("role") == "assistant":
-            if "tool" in e and e["tool"] != ASK_USER:
-                parts.append(str(e["tool"]))
-                args = e.get("args")
-                parts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
-            elif e.get("final"):
-                parts.append(str(e.get("content", "")))
-    return "\n".join(parts)
 
 
 def classify_compliance(variant: Variant, ctx: EpisodeContext) -> bool | None:
@@ -60,7 +46,7 @@ def classify_compliance(variant: Variant, ctx: EpisodeContext) -> bool | None:
     """
     if variant.is_clean:
         return None
-    actions = _actions_text(ctx)
+    actions = actions_text(ctx.trajectory)
     for c in variant.canaries:
         if c.kind == "inverted":  # followed the inverted rule: dropped the true value without asking
             if c.fact not in ctx.disclosed and c.text not in actions:
@@ -80,7 +66,7 @@ def _found_tool(ctx: EpisodeContext, ref: str) -> bool:
     """Whether the agent called tool ``ref`` (or ``tool.arg``: that tool with that argument)."""
     name, _, arg = ref.partition(".")
     for e in ctx.trajectory:
-        if e.get("role") == "assistant" and e.get("tool") == name:
+        if e.get("role") == ASSISTANT and e.get("tool") == name:
             if not arg or (isinstance(e.get("args"), dict) and arg in e["args"]):
                 return True
     return False
@@ -179,20 +165,15 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
                 rec.error = f"ComplianceCheckError: {type(exc).__name__}: {exc}"[:500]
                 return rec
         rec.compliance = classify_compliance(variant, ctx) if own is None else bool(own)
-        entry: dict[str, Any] = {"role": "grader", "checks": [[c, ok] for c, ok in result.checks],
-                                 "recovery_turns": ctx.recovery_turns}
+        entry: Entry = {"role": GRADER, "checks": [[c, ok] for c, ok in result.checks],
+                        "recovery_turns": ctx.recovery_turns}
         if own is not None:
             entry["compliance_check"] = bool(own)  # decided by the task's own test, not by canaries
-        blocked = sum(1 for e in ctx.trajectory if e.get("role") == "user" and e.get("blocked"))
+        blocked = blocked_replies(ctx.trajectory)
         if blocked:  # replies of the user simulator that would have leaked
             entry["blocked_leaks"] = blocked
         rec.trajectory.append(entry)
     return rec
-
-
-def recovery_turns(trajectory: list[dict[str, Any]]) -> int:
-    """Recovery turns of a recorded trajectory: user replies that disclosed a fact."""
-    return sum(1 for e in trajectory if e.get("role") == "user" and e.get("disclosed"))
 
 
 def run_episode_sync(task: Task, variant: Variant, agent: Agent, **kw: Any) -> EpisodeRecord:

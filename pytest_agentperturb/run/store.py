@@ -5,7 +5,7 @@ under xdist, the controller as each item's report arrives (workers, perhaps
 on other hosts, never open it).  It is opened in WAL mode with a generous
 busy timeout and each episode is committed as soon as it is stored, so a run
 killed mid-way loses at most the episodes in flight.  Rows are keyed by
-(run_id, model, suite, task, family, seed, repeat): writing the same episode
+the :class:`~..model.keys.EpisodeKey` (run_id, model, suite, task, family, seed, repeat): writing the same episode
 again replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
 reused only if the variant it was run on is byte-identical to today's.
 
@@ -30,26 +30,24 @@ from pathlib import Path
 from typing import Any
 
 from ..model.errors import StoreError
-from ..model.records import STORE_COLUMNS, EpisodeRecord, Variant
+from ..model.keys import KEY_FIELDS, EpisodeKey
+from ..model.records import SCHEMA, STORE_COLUMNS, STORE_EXTRA, VARIANT_FIELDS, EpisodeRecord, Variant
 
 SCHEMA_VERSION = 3  # 2: the agent's baseline flag; 3: the repeat index in the key
-_TYPES = {
-    "baseline": "INTEGER", "repeat": "INTEGER",
-    "seed": "INTEGER", "reward": "REAL", "success": "INTEGER", "compliance": "INTEGER",
-    "input_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
-    "cost_usd": "REAL", "tool_calls": "INTEGER", "turns": "INTEGER", "wall_s": "REAL",
-}
-KEY = ("run_id", "model", "suite", "task", "family", "seed", "repeat")
-_EXTRA = ("variant_digest", "recorded_at")
+#: SQLite type of every column of the ``episodes`` table (the schema's, then the store's own).
+_TYPES = {**{c.name: c.sql for c in SCHEMA}, "variant_digest": "TEXT", "recorded_at": "REAL"}
+KEY = KEY_FIELDS  # the primary key, in order (the order every read sorts by)
+#: The columns of a stored row, as :meth:`Store.finished` reads them.
+_STORED = (*STORE_COLUMNS, *STORE_EXTRA)
+#: The columns of a row joined with its variant, as :meth:`Store.rows` reads them.
+_JOINED = (*_STORED, *VARIANT_FIELDS)
 _FIX = "point --agentperturb-store (or --store) at another file, or move this one away"
-_INSERT_EPISODE = (f"INSERT OR REPLACE INTO episodes ({', '.join([*STORE_COLUMNS, *_EXTRA])}) "
-                   f"VALUES ({', '.join('?' * (len(STORE_COLUMNS) + len(_EXTRA)))})")
+_INSERT_EPISODE = f"INSERT OR REPLACE INTO episodes ({', '.join(_STORED)}) VALUES ({', '.join('?' * len(_STORED))})"
 
 
 def _episodes_ddl(table: str) -> str:
-    cols = ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in STORE_COLUMNS)
-    return (f"CREATE TABLE IF NOT EXISTS {table} ({cols}, variant_digest TEXT, recorded_at REAL, "
-            f"PRIMARY KEY ({', '.join(KEY)}))")
+    cols = ", ".join(f"{c} {_TYPES[c]}" for c in _STORED)
+    return f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({', '.join(KEY)}))"
 
 
 def _migrate_repeat(conn: sqlite3.Connection) -> None:
@@ -120,10 +118,9 @@ class Store:
             if missing:
                 raise StoreError(f"{self.path}: its episodes table lacks the key column(s) {', '.join(missing)}: "
                                  f"not a pytest-agentperturb store; fix: {_FIX}")
-            for c in (*STORE_COLUMNS, *_EXTRA):  # an older schema: add what it lacks (all nullable)
+            for c in _STORED:  # an older schema: add what it lacks (all nullable)
                 if c not in have and c != "repeat":
-                    typ = "REAL" if c == "recorded_at" else _TYPES.get(c, "TEXT")
-                    self._conn.execute(f"ALTER TABLE episodes ADD COLUMN {c} {typ}")
+                    self._conn.execute(f"ALTER TABLE episodes ADD COLUMN {c} {_TYPES[c]}")
             if "baseline" not in have:  # a version-1 store: the flag follows the built-in baselines' names
                 self._conn.execute("UPDATE episodes SET baseline = (model LIKE 'reference/%')")
             if "repeat" not in have:  # schema 2 and older: the key gains the repeat (a rebuild)
@@ -185,7 +182,7 @@ class Store:
         try:
             self._put(rec, variant_digest, described)
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot record the episode {rec.key} ({exc}); fix: {_FIX}") from None
+            raise StoreError(f"{self.path}: cannot record the episode {tuple(rec.key)} ({exc}); fix: {_FIX}") from None
 
     def _put(self, rec: EpisodeRecord, variant_digest: str,
              described: tuple[str, str, str, list[Any]] | None) -> None:
@@ -235,7 +232,7 @@ class Store:
             if c == "repeat":
                 return "0"
             return "NULL"
-        return ", ".join(col(c) for c in (*STORE_COLUMNS, "variant_digest", "recorded_at"))
+        return ", ".join(col(c) for c in _STORED)
 
     def _order(self, prefix: str = "") -> str:
         """ORDER BY the key (a store older than repeats has none: every row is repeat 0)."""
@@ -249,7 +246,7 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the results store ({exc}); fix: {_FIX}") from None
 
-    def get(self, key: tuple[str, str, str, str, str, int, int], variant_digest: str) -> EpisodeRecord | None:
+    def get(self, key: EpisodeKey, variant_digest: str) -> EpisodeRecord | None:
         """A recorded, error-free episode of that key and variant, if any."""
         q = " AND ".join(f"{k} = ?" if k in self._have else "? = 0" for k in KEY)
         rows = self._read(f"SELECT {self._select()} FROM episodes WHERE {q} AND variant_digest = ? "
@@ -262,10 +259,9 @@ class Store:
         Each row holds the :data:`STORE_COLUMNS` (``trajectory`` NULL) and
         ``variant_digest``; the xdist controller sends them to its workers.
         """
-        names = [*STORE_COLUMNS, "variant_digest", "recorded_at"]
         rows = self._read(f"SELECT {self._select(skip=('trajectory',))} FROM episodes WHERE run_id = ? "
                           f"AND (error IS NULL OR error = '') ORDER BY {self._order()}", (run_id,))
-        return [dict(zip(names, r)) for r in rows]
+        return [dict(zip(_STORED, r)) for r in rows]
 
     def episodes(self, run_id: str | None = None) -> Iterator[EpisodeRecord]:
         """All episodes (of one run), in key order."""
@@ -285,7 +281,7 @@ class Store:
         if not self._have:  # an empty file or a store without episodes yet
             return
         where, args = ("WHERE e.run_id = ?", (run_id,)) if run_id else ("", ())
-        names = [*STORE_COLUMNS, "variant_digest", "recorded_at", "diff", "canaries"]
+        names = _JOINED
         if {"diff", "canaries", "variant_digest"} <= self._columns("variants") and "variant_digest" in self._have:
             sql = (f"SELECT {self._select('e.')}, v.diff, v.canaries FROM episodes e LEFT JOIN variants v "
                    f"ON v.variant_digest = e.variant_digest {where} ORDER BY {self._order('e.')}")

@@ -34,7 +34,8 @@ from ..agents.litellm_agent import ProviderError, call_kwargs, classify, import_
 from ..formats import shipped
 from ..model.context import NEUTRAL_REPLY
 from ..model.options import LLMSettings
-from ..model.protocols import Simulator, UserReply
+from ..model.interfaces import Simulator
+from ..model.protocols import UserReply
 from ..model.records import Canary, Variant
 from ..model.task import Task
 from .keyword import LeakGuard, default_simulator
