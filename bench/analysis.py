@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_agentperturb.analysis import analyze, normalise, summary
-from pytest_agentperturb.task import CLEAN, FAMILIES
+from pytest_agentperturb.model.task import CLEAN, FAMILIES
 
 
 def synthetic(models: int = 10, tasks: int = 25, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

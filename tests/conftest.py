@@ -46,3 +46,11 @@ def suite_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "suites" / "workflows"
     shutil.copytree(SUITE, dst)
     return dst
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> Path:
+    """The built-in suite copied into the pytester folder (where ``--agentperturb suites/workflows`` finds it)."""
+    dst = pytester.path / "suites" / "workflows"
+    shutil.copytree(SUITE, dst)
+    return dst

@@ -26,14 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE_KEY = "sk-test-not-a-real-key"
 
 
-@pytest.fixture
-def suite_copy(pytester: pytest.Pytester) -> Path:
-    """The built-in suite copied under the pytester folder (so its ini files apply)."""
-    dst = pytester.path / "suites" / "workflows"
-    shutil.copytree(ROOT / "suites" / "workflows", dst)
-    return dst
-
-
 @pytest.fixture(autouse=True)
 def _fake_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
@@ -57,9 +49,9 @@ GOLD = GOLD_REPLIES
 
 
 def test_scripted_tool_calls_solve_the_task_and_usage_is_recorded(pytester: pytest.Pytester,
-                                                                   suite_copy: Path) -> None:
+                                                                   suite: Path) -> None:
     with FakeOpenAI(Script(GOLD)) as srv:
-        result = run(pytester, suite_copy, srv)
+        result = run(pytester, suite, srv)
     result.assert_outcomes(passed=1)
     (rec,) = rows(pytester)
     assert (rec.success, rec.reward, rec.error) == (True, 1.0, "")
@@ -84,14 +76,14 @@ def test_scripted_tool_calls_solve_the_task_and_usage_is_recorded(pytester: pyte
 
 
 def test_bad_calls_become_error_observations_and_the_loop_goes_on(pytester: pytest.Pytester,
-                                                                  suite_copy: Path) -> None:
+                                                                  suite: Path) -> None:
     script = [tool_call("mail_search", '{"query": "INV-'),        # malformed JSON
               tool_call("mail_delete_all", {}),                    # unknown tool
               tool_call("files_move", {"path": "/x.pdf"}),         # schema violation (true schema)
               tool_call("ask_user", {"question": "Which purchase order does the invoice belong to?"}),
               *GOLD]
     with FakeOpenAI(Script(script)) as srv:
-        result = run(pytester, suite_copy, srv)
+        result = run(pytester, suite, srv)
     result.assert_outcomes(passed=1)
     obs = [r["messages"][-1]["content"] for r in srv.requests[1:5]]
     assert obs[0].startswith("ERROR: the arguments of mail_search are not valid JSON")
@@ -105,17 +97,17 @@ def test_bad_calls_become_error_observations_and_the_loop_goes_on(pytester: pyte
             "args": {"question": "Which purchase order does the invoice belong to?"}} in rec.trajectory
 
 
-def test_rate_limit_is_retried_then_succeeds(pytester: pytest.Pytester, suite_copy: Path) -> None:
+def test_rate_limit_is_retried_then_succeeds(pytester: pytest.Pytester, suite: Path) -> None:
     with FakeOpenAI(Script([error(429, "Rate limit reached", "rate_limit_error"), *GOLD])) as srv:
-        result = run(pytester, suite_copy, srv)
+        result = run(pytester, suite, srv)
     result.assert_outcomes(passed=1)
     assert len(srv.requests) == 5  # one retry, and no hidden retries inside litellm/openai
 
 
 def test_persistent_rate_limit_is_an_error_excluded_from_aggregates(pytester: pytest.Pytester,
-                                                                    suite_copy: Path) -> None:
+                                                                    suite: Path) -> None:
     with FakeOpenAI(Script([error(429, "Rate limit reached", "rate_limit_error")] * 3)) as srv:
-        result = run(pytester, suite_copy, srv)
+        result = run(pytester, suite, srv)
     result.assert_outcomes(errors=1)
     assert len(srv.requests) == 3  # --agentperturb-attempts default: 3
     result.stdout.fnmatch_lines(["*RateLimitError: openai/fake: *Rate limit reached*",
@@ -124,10 +116,10 @@ def test_persistent_rate_limit_is_an_error_excluded_from_aggregates(pytester: py
     assert rec.error.startswith("RateLimitError") and rec.reward is None and rec.success is None
 
 
-def test_timeout_is_retried_then_recorded(pytester: pytest.Pytester, suite_copy: Path) -> None:
+def test_timeout_is_retried_then_recorded(pytester: pytest.Pytester, suite: Path) -> None:
     slow = Reply(200, answer("late").body, delay=1.5)
     with FakeOpenAI(Script([slow, slow])) as srv:
-        result = run(pytester, suite_copy, srv, "--agentperturb-request-timeout", "0.3",
+        result = run(pytester, suite, srv, "--agentperturb-request-timeout", "0.3",
                      "--agentperturb-attempts", "2")
     result.assert_outcomes(errors=1)
     assert len(srv.requests) == 2
@@ -139,19 +131,19 @@ def test_timeout_is_retried_then_recorded(pytester: pytest.Pytester, suite_copy:
     (401, "AuthenticationError", "Fix: set OPENAI_API_KEY"),
     (400, "BadRequestError", "Fix: check the model name"),
 ])
-def test_auth_and_bad_request_errors_are_not_retried(pytester: pytest.Pytester, suite_copy: Path,
+def test_auth_and_bad_request_errors_are_not_retried(pytester: pytest.Pytester, suite: Path,
                                                      status: int, cls: str, fix: str) -> None:
     with FakeOpenAI(Script([error(status, "nope"), *GOLD])) as srv:
-        result = run(pytester, suite_copy, srv)
+        result = run(pytester, suite, srv)
     result.assert_outcomes(errors=1)
     assert len(srv.requests) == 1
     (rec,) = rows(pytester)
     assert rec.error.startswith(f"{cls}: openai/fake") and fix in rec.error
 
 
-def test_turn_limit_ends_the_episode_as_an_agent_outcome(pytester: pytest.Pytester, suite_copy: Path) -> None:
+def test_turn_limit_ends_the_episode_as_an_agent_outcome(pytester: pytest.Pytester, suite: Path) -> None:
     with FakeOpenAI(StepsPolicy(steps=50, latency=0)) as srv:
-        result = run(pytester, suite_copy, srv, "--agentperturb-max-turns", "3")
+        result = run(pytester, suite, srv, "--agentperturb-max-turns", "3")
     result.assert_outcomes(failed=0, errors=0)
     assert len(srv.requests) == 3
     (rec,) = rows(pytester)
@@ -170,13 +162,13 @@ def test_image_and_text_tool_outputs_in_the_message_format() -> None:
     assert msgs[1]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}}
 
 
-def test_protocol_options_from_the_ini_file_and_bad_values(pytester: pytest.Pytester, suite_copy: Path) -> None:
+def test_protocol_options_from_the_ini_file_and_bad_values(pytester: pytest.Pytester, suite: Path) -> None:
     pytester.makeini("[pytest]\nagentperturb_max_tokens = 512\nagentperturb_attempts = 1\n")
     with FakeOpenAI(Script([error(429, "slow down", "rate_limit_error"), *GOLD])) as srv:
-        result = run(pytester, suite_copy, srv)
+        result = run(pytester, suite, srv)
     result.assert_outcomes(errors=1)
     assert len(srv.requests) == 1 and srv.requests[0]["max_tokens"] == 512
-    bad = pytester.runpytest("--agentperturb", str(suite_copy), "--agentperturb-concurrency", "zero")
+    bad = pytester.runpytest("--agentperturb", str(suite), "--agentperturb-concurrency", "zero")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--agentperturb-concurrency: concurrency must be an integer, got 'zero'*"])
 

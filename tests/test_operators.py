@@ -10,7 +10,7 @@ import pytest
 
 from pytest_agentperturb.model.context import NEUTRAL_REPLY
 from pytest_agentperturb.model.protocols import UserReply
-from pytest_agentperturb.run.simulator import UserSimulator
+from pytest_agentperturb.simulator.keyword import UserSimulator
 from pytest_agentperturb.formats.python import apply_injections
 from pytest_agentperturb.agents.reference import injected_call
 from pytest_agentperturb.agents.reference import CarefulAgent, LiteralAgent, OracleAgent

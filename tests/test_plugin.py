@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -19,13 +18,6 @@ N_FAM = 1 + len(FAMILIES) + len(INSERTED)  # clean, the 12 families, the inserte
 N_IMAGE = sum(1 for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()
               and "observations" in (p / "task.toml").read_text())  # tasks whose tools return images
 N_ITEMS = N_TASKS * N_FAM + N_IMAGE * len(IMAGE_OBJECTS)  # per agent
-
-
-@pytest.fixture
-def suite(pytester: pytest.Pytester) -> Path:
-    dst = pytester.path / "suites" / "workflows"
-    shutil.copytree(ROOT / "suites" / "workflows", dst)
-    return dst
 
 
 def _ids(result: pytest.RunResult) -> list[str]:

@@ -7,7 +7,6 @@ Every run goes through ``pytest --agentperturb`` against the local fake OpenAI s
 from __future__ import annotations
 
 import copy
-import shutil
 import sqlite3
 import time
 from contextlib import closing
@@ -30,13 +29,6 @@ def _fake_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
 
 
-@pytest.fixture
-def suite(pytester: pytest.Pytester) -> Path:
-    dst = pytester.path / "suites" / "workflows"
-    shutil.copytree(ROOT / "suites" / "workflows", dst)
-    return dst
-
-
 def run(pytester: pytest.Pytester, suite: Path, srv: FakeOpenAI, *args: str) -> pytest.RunResult:
     return pytester.runpytest(
         "--agentperturb", str(suite), "-p", "no:cacheprovider", "-k", "forward and clean",
@@ -45,7 +37,7 @@ def run(pytester: pytest.Pytester, suite: Path, srv: FakeOpenAI, *args: str) -> 
         "--agentperturb-report", str(pytester.path / "r.html"), *args)
 
 
-# -- item 4: the request timeout is a deadline for the whole reply -------------------------------------------------
+# -- the request timeout is a deadline for the whole reply -------------------------------------------------
 def test_a_server_that_trickles_is_cut_off_at_the_request_timeout(pytester: pytest.Pytester, suite: Path) -> None:
     slow = Reply(200, answer("a reply sent one byte at a time").body, trickle=0.1)  # ~40 s for the whole body
     with FakeOpenAI(Script([slow])) as srv:
@@ -59,7 +51,7 @@ def test_a_server_that_trickles_is_cut_off_at_the_request_timeout(pytester: pyte
     assert wall < 20, f"the call was not cut off at its deadline ({wall:.1f} s)"
 
 
-# -- item 12: provider edges ------------------------------------------------------------------------------------------
+# -- provider edges -------------------------------------------------------------------------------------------------
 def test_an_empty_choices_list_is_a_provider_error_with_a_fix(pytester: pytest.Pytester, suite: Path) -> None:
     body = answer("x").body
     body["choices"] = []

@@ -24,7 +24,7 @@ from pytest_agentperturb.run import make_engine
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 ENGINE = make_engine()
 ALL = (*FAMILIES, *INSERTED)
-SEEDS = range(1, 6)  # the issue's reading: `agentperturb generate suites/workflows` for seeds 1-5
+SEEDS = range(1, 6)  # what a reader checks: `agentperturb generate suites/workflows` for seeds 1-5
 
 
 def _suite_tasks(suite: Path) -> list[Task]:
@@ -53,7 +53,7 @@ def variants() -> dict[str, list[tuple[Task, Variant]]]:
 
 # -- the known-bad shapes ---------------------------------------------------------------
 
-#: Shapes the issue quotes from the first operators; the detector must name each of them.
+#: Known-bad shapes that early operators wrote; the detector must name each of them.
 KNOWN_BAD = [
     'Book room "the usual one" for offsites',
     'Customer-facing outages are raised to priority "the usual one".',

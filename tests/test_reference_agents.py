@@ -73,7 +73,7 @@ def test_reference_agents_are_deterministic(suite_path: Path, name: str) -> None
 def test_user_simulator_discloses_only_recovered_facts(suite_path: Path) -> None:
     from pytest_agentperturb.model.context import NEUTRAL_REPLY
     from pytest_agentperturb.model.protocols import UserReply
-    from pytest_agentperturb.run.simulator import UserSimulator
+    from pytest_agentperturb.simulator.keyword import UserSimulator
 
     task = next(t for t in _tasks(suite_path) if t.id == "reschedule-standup")
     sim = UserSimulator(task, ("new_time",))

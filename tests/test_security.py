@@ -170,7 +170,7 @@ def test_ordinary_litellm_names_are_accepted() -> None:
         assert check_name(name, "--agentperturb-model") == name
 
 
-# -- item 10: a key echoed by the provider never reaches the store or the report ------------------------------
+# -- a key echoed by the provider never reaches the store or the report ------------------------------
 def test_a_key_echoed_in_model_content_is_redacted_before_it_is_stored(
         preimported: None, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_openai import FakeOpenAI, Reply, answer, tool_call
@@ -218,7 +218,7 @@ def test_redaction_covers_keys_values_and_nesting(monkeypatch: pytest.MonkeyPatc
                                          "args": {"<ACME_TOKEN>": ["<ACME_TOKEN>", 3]}}]
 
 
-# -- item 11: the reproduce line is shell-quoted and carries every flag that changes the result ------------------
+# -- the reproduce line is shell-quoted and carries every flag that changes the result ------------------
 def test_the_reproduce_line_is_shell_quoted() -> None:
     import shlex
 

@@ -28,9 +28,9 @@ from pytest_agentperturb.model.records import Canary, EpisodeRecord, Variant
 from pytest_agentperturb.model.task import Task
 from pytest_agentperturb.perturb.engine import clean_variant
 from pytest_agentperturb.run.episode import make_engine, run_episode, run_episode_sync
-from pytest_agentperturb.run.llm_simulator import LLMSimulator, make_simulator, render_prompt
-from pytest_agentperturb.run.matching import _id_words, _terms, states
-from pytest_agentperturb.run.simulator import LeakGuard, UserSimulator
+from pytest_agentperturb.simulator.llm import LLMSimulator, make_simulator, render_prompt
+from pytest_agentperturb.simulator.matching import _id_words, _terms, states
+from pytest_agentperturb.simulator.keyword import LeakGuard, UserSimulator
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {t.id: t for t in suite_tasks(ROOT / "suites" / "workflows")}

@@ -2,7 +2,7 @@
 
 :func:`normalise` turns any episode table (the store's rows, a user's CSV with
 only ``model, suite, task, family, reward``) into one with every
-:data:`~pytest_agentperturb.records.COLUMNS` column, proper dtypes and a
+:data:`~pytest_agentperturb.model.records.COLUMNS` column, proper dtypes and a
 boolean ``baseline`` column and an integer ``repeat`` column; :func:`pairs`
 joins each scored perturbed episode with the scored clean episode(s) of the
 same run, model, suite, task and repeat (docs/design.md section 4,

@@ -106,7 +106,7 @@ def bank_problems(tasks: Sequence[Task], bank: dict[str, Any]) -> list[str]:
     state the value of any fact of its task; a compound question names two
     different facts of the task; fair questions of a fact are distinct.
     """
-    from ..run.matching import states
+    from ..simulator.matching import states
 
     out = []
     for task in tasks:
@@ -225,7 +225,7 @@ async def _ask(sim: Simulator, question: str) -> UserReply:
 
 async def run_check(name: str, items: Sequence[_Ask], factory: Factory, concurrency: int = 16) -> CheckResult:
     """Ask every item of a fresh simulator from ``factory``; score the replies by their values."""
-    from ..run.simulator import LeakGuard
+    from ..simulator.keyword import LeakGuard
 
     res = CheckResult(name)
     sem = asyncio.Semaphore(max(1, concurrency))
@@ -259,13 +259,13 @@ async def run_check(name: str, items: Sequence[_Ask], factory: Factory, concurre
 
 
 def keyword_factory(task: Task, recovery: tuple[str, ...]) -> Simulator:
-    from ..run.simulator import UserSimulator
+    from ..simulator.keyword import UserSimulator
 
     return UserSimulator(task, recovery)
 
 
 def llm_factory(settings: LLMSettings) -> Factory:
-    from ..run.llm_simulator import LLMSimulator
+    from ..simulator.llm import LLMSimulator
 
     def make(task: Task, recovery: tuple[str, ...]) -> Simulator:
         return LLMSimulator(task, recovery, settings=settings)

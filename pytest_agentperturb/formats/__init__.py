@@ -3,7 +3,7 @@
 :mod:`.native` reads the built-in ``suite.toml`` folders; :mod:`.python`
 holds the building blocks for tasks written in Python (toolkits, a JSON
 state environment, function graders).  A new format is one new module with
-a :class:`~pytest_agentperturb.model.protocols.SuiteAdapter` and a
+a :class:`~pytest_agentperturb.SuiteAdapter` and a
 ``pytest_agentperturb_suite_adapter`` hook implementation.
 """
 

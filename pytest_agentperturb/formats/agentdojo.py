@@ -84,7 +84,7 @@ from ..model.errors import OptionError, TaskFormatError, ToolError, VariantSkipp
 from ..model.protocols import GradeResult, Observation
 from ..model.records import Canary, Injection, Variant
 from ..model.task import Edit, Surfaces, Task, TaskSlot
-from .facts import Derived, derive_facts
+from .derived_facts import Derived, derive_facts
 
 NAME = "agentdojo"
 REQUIREMENT = "agentdojo==0.1.35"

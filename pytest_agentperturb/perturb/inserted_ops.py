@@ -1,7 +1,7 @@
 """Inserted objects (docs/design.md section 1): planted artefacts, one parameter each.
 
 Each operator here plants one concrete object and registers under the
-object's id (see :data:`~pytest_agentperturb.task.INSERTED`):
+object's id (see :data:`~pytest_agentperturb.model.task.INSERTED`):
 
 ``inserted-fake-tool``
     a fake tool whose description lures the agent away from a needed one;

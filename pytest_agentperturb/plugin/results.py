@@ -1,7 +1,10 @@
 """What a run keeps of its episodes while it goes on, and the rows it reads back from the store at the end.
 
-Every episode is written to the store the moment it is scored, on the
-process that ran it (:meth:`~..run.store.Store.put`).  Its test report then
+Every episode is written to the store the moment it is scored: by the
+process that ran it when that process runs alone (:meth:`~..run.store.Store.put`),
+by the controller under xdist, where a worker never opens the store and
+sends the episode on its item's report instead (:mod:`.distribute`,
+:meth:`~..run.store.Store.put_row`).  Its test report then
 carries only a slim row (:func:`report_row`): the episode's key and
 outcome, the reproduce line of a failure, and, once per task and process,
 what the report needs about the task (its properties and an adapter's

@@ -2,7 +2,7 @@
 
 Each section function takes an :class:`~pytest_agentperturb.analysis.Analysis`
 and returns escaped HTML.  Tables go through :func:`table`, which escapes
-every cell; plots come from :mod:`pytest_agentperturb.svg`.
+every cell; plots come from :mod:`pytest_agentperturb.report.svg`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The run layer: episodes, the user simulator, the episode loop, the store, the LLM generator.
+"""The run layer: episodes, the episode loop, the store, baseline resolution, the LLM generator.
 
 It ties the lower layers together: it plays an agent (:mod:`..agents`) on a
-variant made by the engine (:mod:`..perturb`), scores it with the task's
-grader and records it; it also gives the engine its oracle runner.
+variant made by the engine (:mod:`..perturb`), with a user simulator of
+:mod:`..simulator` behind ``ask_user``, scores it with the task's grader and
+records it; it also gives the engine its oracle runner.  ``UserSimulator`` is
+re-exported from :mod:`..simulator.keyword`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ if TYPE_CHECKING:
         run_episode,
         run_episode_sync,
     )
-    from .simulator import UserSimulator
+    from ..simulator.keyword import UserSimulator
 
 __all__ = ["UserSimulator", "classify_compliance", "make_engine", "oracle_runner", "recovery_turns", "run_episode",
            "run_episode_sync"]
 
 # Imported on first use, so that reading a store (``run.store``) does not load the episode loop (asyncio, the
 # simulator): the ``report`` command starts faster.
-_HOME = {"UserSimulator": ".simulator", **{n: ".episode" for n in __all__ if n != "UserSimulator"}}
+_HOME = {"UserSimulator": "..simulator.keyword", **{n: ".episode" for n in __all__ if n != "UserSimulator"}}
 
 
 def __getattr__(name: str) -> Any:

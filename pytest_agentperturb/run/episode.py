@@ -29,7 +29,7 @@ from ..model.task import Task
 from ..model.trajectory import ASSISTANT, GRADER, Entry, actions_text, blocked_replies
 from ..model.trajectory import recovery_turns as recovery_turns  # re-exported
 from ..perturb.engine import Engine, OracleResult, Registry
-from .simulator import default_simulator
+from ..simulator.keyword import default_simulator
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@
                 total weight, a continuous reward in [0, 1]; the suite's
                 threshold decides success
 
-Each check names a ``path`` (see :func:`pytest_agentperturb.task.select`)
+Each check names a ``path`` (see :func:`pytest_agentperturb.model.vocab.select`)
 and exactly one condition:
 
 ``equals``      exactly one value at the path, equal to this

@@ -10,7 +10,7 @@ taken on the simulator's word.  A reply that states no recovery value at
 all is the neutral reply too.
 
 :class:`UserSimulator`, the default, matches words, offline and
-deterministic; :mod:`.llm_simulator` puts a user model behind the same guard.
+deterministic; :mod:`.llm` puts a user model behind the same guard.
 """
 
 from __future__ import annotations

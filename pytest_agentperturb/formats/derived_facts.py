@@ -1,13 +1,14 @@
-"""Facts from a benchmark's gold tool calls (docs/design.md section 1b), for adapters of external suites.
+"""Facts derived from a benchmark's text and gold tool calls (docs/design.md section 1b), for external suites.
 
 A benchmark that ships ground-truth calls but no fact annotations (AgentDojo,
-for one) still says which values the solution needs: the call arguments.
-:func:`derive_facts` turns those that the task's text states verbatim into
-:class:`~pytest_agentperturb.model.task.Fact` s, can synthesise one earlier
-conversation turn stating a needed lookup value that the text does not state,
-and writes the gold calls as :class:`~pytest_agentperturb.model.task.Step` s
-over ``{fact}`` placeholders, so that the ``missing`` and ``incorrect``
-operators have something to remove or corrupt and the oracle a recovery path.
+for one: :mod:`.agentdojo`) still says which values the solution needs: the
+call arguments.  :func:`derive_facts` turns those that the task's text states
+verbatim into :class:`~pytest_agentperturb.model.task.Fact` s, can synthesise
+one earlier conversation turn stating a needed lookup value that the text
+does not state, and writes the gold calls as
+:class:`~pytest_agentperturb.model.task.Step` s over ``{fact}`` placeholders,
+so that the ``missing`` and ``incorrect`` operators have something to remove
+or corrupt and the oracle a recovery path.
 
 Each fact is read by a pattern anchored on the words around it
 (:func:`anchored_pattern`): a swapped value standing in the same place is

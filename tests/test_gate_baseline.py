@@ -1,4 +1,4 @@
-"""Release gates: interval-aware rules, the baseline run, max regression, the trend across runs."""
+"""The gate against a baseline run: interval-aware rules, the baseline comparison, max regression, runs over time."""
 
 from __future__ import annotations
 

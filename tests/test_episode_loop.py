@@ -1,8 +1,7 @@
-"""The cheaper per-episode path behaves as before: pytest's waits, the frozen heap, deadlines, secrets, paths.
+"""The per-episode path of the episode loop: pytest's waits, the frozen heap, deadlines, secrets, paths.
 
-The cost itself is measured by ``bench/overhead.py`` (harness CPU per
-episode beyond litellm's own work); these tests pin what the cheaper code
-must still do: pytest's thread waits for its own episode while the window is
+Its cost is measured by ``bench/overhead.py`` (harness CPU per episode
+beyond litellm's own work); these tests pin what the path must do: pytest's thread waits for its own episode while the window is
 full and for any episode when it has room, the heap is frozen only while the
 episode loop runs (and never one that someone else froze) and again when
 such a process exits, an episode past

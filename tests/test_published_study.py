@@ -1,4 +1,6 @@
-"""The published study's Table 1 and Table 3 through ``agentperturb analyze`` (fixtures/paper_table1).
+"""The analysis reproduces the published study's Table 1 and Table 3 through ``agentperturb analyze``.
+
+The study's numbers are the fixture in fixtures/paper_table1.
 
 What the study reports: suite averages 70.3 -> 55.0 (21.8 %) and 25.0 ->
 18.4 (26.4 %), and a weak, non-significant capability correlation with ten

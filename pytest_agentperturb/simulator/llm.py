@@ -5,7 +5,7 @@ goal (the title), the recovery facts it may give back (their questions and
 values), the neutral reply and the rule to answer only what is asked.  It
 sees the episode's earlier questions and the replies the agent got.
 
-Whatever the model writes passes the :class:`~.simulator.LeakGuard` of the
+Whatever the model writes passes the :class:`~.keyword.LeakGuard` of the
 instance: a reply that states a value of a fact outside the recovery
 annotation, or any canary text, is replaced by the neutral reply and
 recorded as a blocked leak; the disclosed facts are those whose values the
@@ -38,7 +38,7 @@ from ..model.interfaces import Simulator
 from ..model.protocols import UserReply
 from ..model.records import Canary, Variant
 from ..model.task import Task
-from .simulator import LeakGuard, default_simulator
+from .keyword import LeakGuard, default_simulator
 
 PROMPTS = shipped("prompts")
 PROMPT = "simulator.md"
