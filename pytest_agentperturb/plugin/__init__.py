@@ -1,4 +1,4 @@
-"""pytest entry point: options, markers, hook specifications and the module-level hooks.  Inert without ``--agentperturb``.
+"""pytest entry point: options, markers, hook specifications, module-level hooks.  Inert without ``--agentperturb``.
 
 Shaped like pytest-xdist's (``xdist/plugin.py`` beside ``xdist/dsession.py``):
 this module declares and delegates only; the session object

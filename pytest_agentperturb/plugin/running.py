@@ -50,7 +50,8 @@ class Runner:
         self.repeats = settings.repeats
         self.is_worker = hasattr(config, "workerinput")
         self._store: Store | None = None
-        self.variants = VariantCache(self.make_variant, self.llm.user_model)  # made once per (task, family, seed), dropped after use
+        # made once per (task, family, seed), dropped after use
+        self.variants = VariantCache(self.make_variant, self.llm.user_model)
         self._lookahead: Lookahead | None = None
         self._batcher: Batcher | None = None
         self._generator: Generator | None = None
@@ -214,8 +215,8 @@ class Runner:
         extra = (["--agentperturb-repeats", str(self.repeats)] if self.repeats > 1 else []) \
             + (["--agentperturb-variant-seed", str(self.settings.variant_seed)]
                if self.settings.variant_seed != self.settings.seed else [])
-        return reproduce_line(item.nodeid, self.registries.runner_args(item.model),
-                              self.settings.seed, named=self._is_named(item.nodeid), extra=[*result_args(self.settings), *extra],
+        return reproduce_line(item.nodeid, self.registries.runner_args(item.model), self.settings.seed,
+                              named=self._is_named(item.nodeid), extra=[*result_args(self.settings), *extra],
                               repeat=item.repeat if self.repeats > 1 else None)
 
     def _is_named(self, nodeid: str) -> bool:
