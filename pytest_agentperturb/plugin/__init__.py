@@ -1,18 +1,20 @@
-"""pytest entry point: options, markers, hooks.  Inert without ``--agentperturb``.
+"""pytest entry point: options, markers, hook specifications, module-level hooks.  Inert without ``--agentperturb``.
 
-The heavy session object is imported and registered only when the feature is
-on, so a plain ``pytest`` run pays nothing (no litellm, pandas or scipy).
+Shaped like pytest-xdist's (``xdist/plugin.py`` beside ``xdist/dsession.py``):
+this module declares and delegates only; the session object
+(:mod:`.session`, which builds and registers its parts) is imported and
+registered only when the feature is on, so a plain ``pytest`` run pays
+nothing (no litellm, pandas or scipy).
 """
 
 from __future__ import annotations
 
-import functools
-import gc
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from ..model.heap import FrozenHeap
 from ..model.task import TARGETS, TYPES
 from . import options
 
@@ -26,6 +28,8 @@ MARKERS = {
     "inserted": "agentperturb: an inserted object (fake tool, distractor turn, injection, object in an image)",
     "image": "agentperturb: an episode of a task whose tools return images",
 }
+#: The episode loop's frozen heap (:mod:`..model.heap`), thawed by this run's last cleanup.
+HEAP_KEY = pytest.StashKey[FrozenHeap]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,29 +46,21 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Register the heap's thaw before any plugin's configure, so it is the last cleanup of the run.
 
-    The session's episode loop freezes the heap (``gc.freeze``, see
-    :mod:`..run.batcher`) and leaves it frozen at the session's end, so the
-    full collections pytest runs when it unconfigures (to report unraisable
-    exceptions) skip litellm's heap; the thaw then leaves the collector as it was.
+    The session's episode loop freezes the heap and leaves it frozen at the
+    session's end, so the full collections pytest runs when it unconfigures
+    skip litellm's heap (:mod:`..model.heap`); the thaw then leaves the
+    collector as it was.
     """
     if options.is_enabled(config):
-        config.add_cleanup(functools.partial(_thaw, config))
-
-
-def _thaw(config: pytest.Config) -> None:
-    from .session import SESSION_KEY
-
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None and session.frozen_heap:
-        session.frozen_heap = False
-        gc.unfreeze()
+        heap = config.stash[HEAP_KEY] = FrozenHeap()
+        config.add_cleanup(heap.thaw)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """At a lone process's last item, import the analysis while its last episodes finish (xdist: at the start)."""
     if nextitem is None and options.is_enabled(item.config) and not hasattr(item.config, "workerinput"):
-        from .distribute import preload_analysis
+        from .finish import preload_analysis
 
         preload_analysis()
 
@@ -79,7 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings, thresholds = options.resolve(config)
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = []  # only the named suites: not the testpaths or the current folder
-    session = AgentPerturbSession(config, settings, thresholds)
+    session = AgentPerturbSession(config, settings, thresholds, heap=config.stash.get(HEAP_KEY, None))
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "agentperturb-session")
 
