@@ -91,17 +91,23 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(trylast=True)
 def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None, config: pytest.Config) -> Any:
-    """The built-in formats: folders holding ``suite.toml``; the names ``agentdojo`` and ``agentdojo:<suite>``.
+    """The built-in formats: folders holding ``suite.toml``; the names ``agentdojo[:<suite>]`` and ``tau2[:<domain>]``.
 
-    The AgentDojo adapter module is imported only for those names, and
-    ``agentdojo`` itself only when their tasks are asked for.
+    The adapter module of a benchmark is imported only for its names, and
+    the benchmark itself only when their tasks are asked for.
     """
     if path is None:
-        if name is None or name.split(":", 1)[0] != "agentdojo":
+        if name is None:
             return None
-        from ..formats.agentdojo import adapter_for
+        family = name.split(":", 1)[0]
+        if family not in ("agentdojo", "tau2"):
+            return None
         from ..model.errors import OptionError
 
+        if family == "tau2":
+            from ..formats.tau2 import adapter_for
+        else:
+            from ..formats.agentdojo import adapter_for  # type: ignore[assignment]
         try:
             return adapter_for(name)
         except OptionError as exc:
