@@ -48,6 +48,7 @@ MIN_LEN = 2
 def opening_request(reason_for_call: str) -> str:
     """The user's opening message: ``reason_for_call`` in the first person, whitespace tidied."""
     text = re.sub(r"[ \t]+", " ", reason_for_call.strip())
+    text = re.sub(r" ?\n ?", "\n", text)
     text = re.sub(r"\n\s*\n+", "\n\n", text)
     out, i = [], 0
     words = re.compile(r"\b(" + "|".join(re.escape(a) for a, _ in _PERSON) + r"|you)\b", re.I)
