@@ -333,7 +333,8 @@ class DomainData:
         if not sc.on("procedure"):
             notes.append("the policy states no value of the gold actions: procedure-missing and procedure-incorrect "
                          "have no fact to act on and are skipped")
-        notes.append("no prior turns: the context families are not applicable")
+        notes.append("no prior turns: context-missing and context-incorrect are not applicable (context-redundant "
+                     "adds an unrelated earlier exchange)")
         return tuple(notes)
 
 
