@@ -65,6 +65,28 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         preload_analysis()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """A run of named suites only (``--agentperturb-suite``, no path argument) loads no conftest of the testpaths.
+
+    pytest loads the conftests of the testpaths (or of the current folder
+    and its ``test*`` folders) before any plugin is configured; such a run
+    collects none of them (:func:`pytest_configure`), so it must not import
+    them either: the repository's own ``tests/conftest.py`` registers
+    plugins of its own.  The anchor becomes the ini file (or, without one,
+    a file of the current folder), so the conftests from there upwards
+    still load, where a suite adapter hook for a named suite lives.
+    """
+    ns = early_config.known_args_namespace
+    if not (getattr(ns, "agentperturb", None) and getattr(ns, "agentperturb_suite", None)) or ns.file_or_dir:
+        return
+    here = early_config.invocation_params.dir
+    anchor = early_config.inipath if early_config.inipath is not None and early_config.inipath.parent == here \
+        else next((p for p in sorted(here.iterdir()) if p.is_file()), None)
+    if anchor is not None:
+        ns.file_or_dir = [str(anchor)]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
@@ -91,17 +113,23 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 @pytest.hookimpl(trylast=True)
 def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None,
                                       config: pytest.Config) -> SuiteAdapter | None:
-    """The built-in formats: folders holding ``suite.toml``; the names ``agentdojo`` and ``agentdojo:<suite>``.
+    """The built-in formats: folders holding ``suite.toml``; the names ``agentdojo[:<suite>]`` and ``tau2[:<domain>]``.
 
-    The AgentDojo adapter module is imported only for those names, and
-    ``agentdojo`` itself only when their tasks are asked for.
+    The adapter module of a benchmark is imported only for its names, and
+    the benchmark itself only when their tasks are asked for.
     """
     if path is None:
-        if name is None or name.split(":", 1)[0] != "agentdojo":
+        if name is None:
             return None
-        from ..formats.agentdojo import adapter_for
+        family = name.split(":", 1)[0]
+        if family not in ("agentdojo", "tau2"):
+            return None
         from ..model.errors import OptionError
 
+        if family == "tau2":
+            from ..formats.tau2 import adapter_for
+        else:
+            from ..formats.agentdojo import adapter_for  # type: ignore[assignment]
         try:
             return adapter_for(name)
         except OptionError as exc:
