@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..model.task import Fact, Step, Surfaces
-from .facts import stated_at, stated_fact
+from .derived_facts import stated_at, stated_fact
 
 #: Second-person phrases and their first-person forms, longest first (case kept at a sentence start).
 _PERSON: tuple[tuple[str, str], ...] = (
