@@ -184,7 +184,8 @@ def test_secrets_survive_another_thread_changing_the_environment(monkeypatch: py
 PROBE = '''
 import pytest
 from pytest_agentperturb.plugin.collect import PerturbItem
-from pytest_agentperturb.plugin.session import REPORT_ATTR, SESSION_KEY
+from pytest_agentperturb.plugin.reporting import REPORT_ATTR
+from pytest_agentperturb.plugin.session import SESSION_KEY
 ROWS = []
 
 @pytest.hookimpl(tryfirst=True)
@@ -198,7 +199,7 @@ def pytest_sessionfinish(session):
     items = [i for i in session.items if isinstance(i, PerturbItem)]
     ap = session.config.stash[SESSION_KEY]
     print("\\nPROBE", len(items), sum(i.record is not None or i.variant is not None for i in items),
-          len(ap._variants), sum("trajectory" in r for r in ROWS), len(ROWS),
+          len(ap.runner.variants), sum("trajectory" in r for r in ROWS), len(ROWS),
           session.config.pluginmanager.has_plugin("agentperturb-html-extras"))
 '''
 

@@ -13,7 +13,6 @@ status 1.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import json
 import logging
@@ -190,11 +189,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     the checks here; the main page is written last.  Without a worker (``--jobs 1``, or
     none could be started, or it failed before sending the labels) all of it runs here.
     """
-    from ..model.heap import collector_paused
+    from ..model.heap import FrozenHeap, collector_paused
     from .pages_worker import PageWorker
 
     worker = PageWorker.start() if _jobs(args.jobs) > 1 else None
-    thaw = not gc.get_freeze_count()  # what collector_paused() freezes stays frozen for this command only
+    heap = FrozenHeap().claim()  # what collector_paused() freezes stays frozen for this command only
     try:
         run = _run_of(args.store, args.run_id)
         out = Path(args.out)
@@ -238,8 +237,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     finally:
         if worker is not None:
             worker.cancel()   # an error before "go": the worker writes nothing
-        if thaw:
-            gc.unfreeze()   # run in-process (a test, a caller's script): leave its collector as it was
+        heap.thaw()   # run in-process (a test, a caller's script): leave its collector as it was
     log.info("report: %s (%d episodes; task pages in %s)", args.out, len(rows), report.pages_folder(args.out))
     return _finish(verdict)
 

@@ -74,6 +74,7 @@ import json
 import random
 import re
 import sys
+import threading
 import types
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -148,7 +149,9 @@ def _lazy_package(name: str, folder: Path) -> types.ModuleType:
 
     Submodules load under it as usual; ``from agentdojo.agent_pipeline import
     AgentPipeline`` (PEP 562 ``__getattr__``) then runs the real ``__init__``
-    in this module's namespace, so later users see the real package.
+    in this module's namespace, so later users see the real package.  Threads
+    that ask at once wait for the one running it (before, they got
+    ``ImportError: cannot import name``).
     """
     init = folder / "__init__.py"
     mod = types.ModuleType(name)
@@ -156,11 +159,14 @@ def _lazy_package(name: str, folder: Path) -> types.ModuleType:
     mod.__file__ = str(init)
     mod.__spec__ = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
     state = {"ran": False}
+    lock = threading.RLock()  # threads asking at once wait for the one that runs it (re-entry: a partial module)
 
     def __getattr__(attr: str) -> Any:
-        if not state["ran"] and not attr.startswith("__"):
-            state["ran"] = True
-            exec(compile(init.read_text(encoding="utf-8"), str(init), "exec"), mod.__dict__)
+        if not attr.startswith("__"):
+            with lock:
+                if not state["ran"]:
+                    state["ran"] = True
+                    exec(compile(init.read_text(encoding="utf-8"), str(init), "exec"), mod.__dict__)
             if attr in mod.__dict__:
                 return mod.__dict__[attr]
         raise AttributeError(f"module {name!r} has no attribute {attr!r}")

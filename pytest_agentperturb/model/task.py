@@ -72,6 +72,13 @@ class Task:
         notes: remarks an adapter wants shown in the report.
         compliance: the task's own compliance test, if it has one (used
             before the variant's canaries; see :class:`ComplianceCheck`).
+        held: ids of facts the user holds from the start and gives when
+            asked, on every instance, clean included (a benchmark whose user
+            knows things the request leaves out, as tau2's scenarios do):
+            every variant's recovery annotation includes them.
+        user_prompt: the user model's prompt when the benchmark ships its
+            own (``{{facts}}`` and ``{{neutral}}`` are filled as in
+            ``prompts/simulator.md``); empty: that file.
     """
 
     suite: str
@@ -90,6 +97,8 @@ class Task:
     fingerprint: Mapping[str, bytes] = field(default_factory=dict, repr=False)
     notes: tuple[str, ...] = ()
     compliance: ComplianceCheck | None = field(default=None, repr=False, compare=False)
+    held: tuple[str, ...] = ()
+    user_prompt: str = field(default="", repr=False)
 
     @property
     def key(self) -> str:

@@ -115,8 +115,8 @@ class Registry:
 
 
 def clean_variant(task: Task) -> Variant:
-    """The unperturbed instance."""
-    return Variant(task=task.key, family=CLEAN, operator="none", seed=0, surfaces=task.surfaces)
+    """The unperturbed instance (its recovery annotation: the facts the user holds, ``Task.held``)."""
+    return Variant(task=task.key, family=CLEAN, operator="none", seed=0, surfaces=task.surfaces, recovery=task.held)
 
 
 def surface_diff(task: Task, target: str, new: Surfaces) -> str:
@@ -269,7 +269,8 @@ class Engine:
             if edit is None:
                 continue
             v = Variant(task=task.key, family=family, operator=op.id, seed=seed + attempt,
-                        surfaces=edit.surfaces.share_renders(task.surfaces), canaries=edit.canaries, recovery=edit.recovery,
+                        surfaces=edit.surfaces.share_renders(task.surfaces), canaries=edit.canaries,
+                        recovery=tuple(dict.fromkeys((*edit.recovery, *task.held))),
                         note=edit.note, injections=edit.injections, image_edits=edit.image_edits)
             v = replace(v, diff=surface_diff(task, target, edit.surfaces))
             problems = self.check_variant(task, v, oracle_check=validate)

@@ -1,18 +1,20 @@
-"""pytest entry point: options, markers, hooks.  Inert without ``--agentperturb``.
+"""pytest entry point: options, markers, hook specifications, module-level hooks.  Inert without ``--agentperturb``.
 
-The heavy session object is imported and registered only when the feature is
-on, so a plain ``pytest`` run pays nothing (no litellm, pandas or scipy).
+Shaped like pytest-xdist's (``xdist/plugin.py`` beside ``xdist/dsession.py``):
+this module declares and delegates only; the session object
+(:mod:`.session`, which builds and registers its parts) is imported and
+registered only when the feature is on, so a plain ``pytest`` run pays
+nothing (no litellm, pandas or scipy).
 """
 
 from __future__ import annotations
 
-import functools
-import gc
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from ..model.heap import FrozenHeap
 from ..model.task import TARGETS, TYPES
 from . import options
 
@@ -26,6 +28,8 @@ MARKERS = {
     "inserted": "agentperturb: an inserted object (fake tool, distractor turn, injection, object in an image)",
     "image": "agentperturb: an episode of a task whose tools return images",
 }
+#: The episode loop's frozen heap (:mod:`..model.heap`), thawed by this run's last cleanup.
+HEAP_KEY = pytest.StashKey[FrozenHeap]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,31 +46,45 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Register the heap's thaw before any plugin's configure, so it is the last cleanup of the run.
 
-    The session's episode loop freezes the heap (``gc.freeze``, see
-    :mod:`..run.batcher`) and leaves it frozen at the session's end, so the
-    full collections pytest runs when it unconfigures (to report unraisable
-    exceptions) skip litellm's heap; the thaw then leaves the collector as it was.
+    The session's episode loop freezes the heap and leaves it frozen at the
+    session's end, so the full collections pytest runs when it unconfigures
+    skip litellm's heap (:mod:`..model.heap`); the thaw then leaves the
+    collector as it was.
     """
     if options.is_enabled(config):
-        config.add_cleanup(functools.partial(_thaw, config))
-
-
-def _thaw(config: pytest.Config) -> None:
-    from .session import SESSION_KEY
-
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None and session.frozen_heap:
-        session.frozen_heap = False
-        gc.unfreeze()
+        heap = config.stash[HEAP_KEY] = FrozenHeap()
+        config.add_cleanup(heap.thaw)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """At a lone process's last item, import the analysis while its last episodes finish (xdist: at the start)."""
     if nextitem is None and options.is_enabled(item.config) and not hasattr(item.config, "workerinput"):
-        from .distribute import preload_analysis
+        from .finish import preload_analysis
 
         preload_analysis()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """A run of named suites only (``--agentperturb-suite``, no path argument) loads no conftest of the testpaths.
+
+    pytest loads the conftests of the testpaths (or of the current folder
+    and its ``test*`` folders) before any plugin is configured; such a run
+    collects none of them (:func:`pytest_configure`), so it must not import
+    them either: the repository's own ``tests/conftest.py`` registers
+    plugins of its own.  The anchor becomes the ini file (or, without one,
+    a file of the current folder), so the conftests from there upwards
+    still load, where a suite adapter hook for a named suite lives.
+    """
+    ns = early_config.known_args_namespace
+    if not (getattr(ns, "agentperturb", None) and getattr(ns, "agentperturb_suite", None)) or ns.file_or_dir:
+        return
+    here = early_config.invocation_params.dir
+    anchor = early_config.inipath if early_config.inipath is not None and early_config.inipath.parent == here \
+        else next((p for p in sorted(here.iterdir()) if p.is_file()), None)
+    if anchor is not None:
+        ns.file_or_dir = [str(anchor)]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -79,7 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings, thresholds = options.resolve(config)
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = []  # only the named suites: not the testpaths or the current folder
-    session = AgentPerturbSession(config, settings, thresholds)
+    session = AgentPerturbSession(config, settings, thresholds, heap=config.stash.get(HEAP_KEY, None))
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "agentperturb-session")
 
@@ -95,17 +113,23 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 @pytest.hookimpl(trylast=True)
 def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None,
                                       config: pytest.Config) -> SuiteAdapter | None:
-    """The built-in formats: folders holding ``suite.toml``; the names ``agentdojo`` and ``agentdojo:<suite>``.
+    """The built-in formats: folders holding ``suite.toml``; the names ``agentdojo[:<suite>]`` and ``tau2[:<domain>]``.
 
-    The AgentDojo adapter module is imported only for those names, and
-    ``agentdojo`` itself only when their tasks are asked for.
+    The adapter module of a benchmark is imported only for its names, and
+    the benchmark itself only when their tasks are asked for.
     """
     if path is None:
-        if name is None or name.split(":", 1)[0] != "agentdojo":
+        if name is None:
             return None
-        from ..formats.agentdojo import adapter_for
+        family = name.split(":", 1)[0]
+        if family not in ("agentdojo", "tau2"):
+            return None
         from ..model.errors import OptionError
 
+        if family == "tau2":
+            from ..formats.tau2 import adapter_for
+        else:
+            from ..formats.agentdojo import adapter_for  # type: ignore[assignment]
         try:
             return adapter_for(name)
         except OptionError as exc:

@@ -11,8 +11,11 @@ becomes one :class:`InvalidTask` item whose setup fails with the loader's
 message (a pytest ERROR): the session goes on with every other task, which a
 collection error would stop.
 
-Items reach the session through :class:`ItemRunner` (kept in the config's
-stash), so this module does not import the session.
+The collectors ask one interface, :class:`Plan` (which families, agents,
+seeds and repeats a task's items get; which task keys are taken), and the
+items another, :class:`ItemRunner` (run, check, reproduce); the session
+hands both to the suite nodes it makes, and each node passes them to its
+children, so this module does not import the session.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from ..model.records import EpisodeRecord, Variant
 from ..model.task import CLEAN, FAMILIES, INSERTED, Task, family_parts
 
 
-class ItemRunner(Protocol):
-    """What items need from the session."""
+class Plan(Protocol):
+    """What the collectors ask: which items a task becomes (the session answers)."""
 
     seed: int
     #: seed of the variants (the session seed unless ``--agentperturb-variant-seed`` pins it)
@@ -50,6 +53,16 @@ class ItemRunner(Protocol):
     def runner_names(self) -> tuple[str, ...]:
         """Agent names, in id order."""
 
+    def claim_task(self, key: str, nodeid: str) -> str | None:
+        """Remember that ``nodeid`` holds task ``key``; the node id of an earlier holder, if any."""
+
+    def task_invalid(self, nodeid: str, message: str) -> None:
+        """Remember a task (or suite) that could not be loaded."""
+
+
+class ItemRunner(Protocol):
+    """What an item asks to run (:class:`~.running.Runner`)."""
+
     def run_item(self, item: PerturbItem) -> None:
         """Run (or reuse) the item's episode and set ``item.record``."""
 
@@ -58,15 +71,6 @@ class ItemRunner(Protocol):
 
     def reproduce(self, item: PerturbItem) -> str:
         """The reproduce line of an item."""
-
-    def claim_task(self, key: str, nodeid: str) -> str | None:
-        """Remember that ``nodeid`` holds task ``key``; the node id of an earlier holder, if any."""
-
-    def task_invalid(self, nodeid: str, message: str) -> None:
-        """Remember a task (or suite) that could not be loaded."""
-
-
-ITEM_RUNNER = pytest.StashKey[ItemRunner]()
 
 
 def item_seed(session_seed: int, task_key: str, family: str) -> int:
@@ -99,12 +103,12 @@ def repeat_suffix(repeat: int, repeats: int) -> str:
     return f"-r{repeat}" if repeats > 1 else ""
 
 
-def _task_collectors(parent: pytest.Collector, adapter: SuiteAdapter
-                     ) -> Iterator[TaskCollector | InvalidTask]:
+def _task_collectors(parent: _SuiteNode) -> Iterator[TaskCollector | InvalidTask]:
+    adapter, plan, runner = parent.adapter, parent.plan, parent.runner
     try:
         entries = list(adapter.tasks())
     except Exception as exc:  # a malformed suite: an error of this suite, not of the session
-        yield InvalidTask.from_parent(parent, name="invalid-suite", message=load_error(exc, "suite"))
+        yield InvalidTask.from_parent(parent, name="invalid-suite", message=load_error(exc, "suite"), plan=plan)
         return
     for entry in entries:
         if isinstance(entry, TaskSlot):
@@ -112,18 +116,20 @@ def _task_collectors(parent: pytest.Collector, adapter: SuiteAdapter
         else:
             name, path = entry.id, entry.path
             load = (lambda t: lambda: t)(entry)
-        yield TaskCollector.from_parent(parent, name=name, path=path or parent.path, load=load, adapter=adapter)
+        yield TaskCollector.from_parent(parent, name=name, path=path or parent.path, load=load, adapter=adapter,
+                                        plan=plan, runner=runner)
 
 
 class _SuiteNode(pytest.Collector):
     """A collector whose children are the tasks of one suite adapter."""
 
-    def __init__(self, *, adapter: SuiteAdapter, **kw: Any) -> None:
+    def __init__(self, *, adapter: SuiteAdapter, plan: Plan, runner: ItemRunner, **kw: Any) -> None:
         super().__init__(**kw)
         self.adapter = adapter
+        self.plan, self.runner = plan, runner
 
     def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
-        return _task_collectors(self, self.adapter)
+        return _task_collectors(self)
 
 
 class SuiteDirectory(_SuiteNode, pytest.Directory):
@@ -137,33 +143,36 @@ class NamedSuite(_SuiteNode):
 class TaskCollector(pytest.Collector):
     """One task; yields one :class:`PerturbItem` per (family, agent)."""
 
-    def __init__(self, *, load: Callable[[], Task], adapter: SuiteAdapter, **kw: Any) -> None:
+    def __init__(self, *, load: Callable[[], Task], adapter: SuiteAdapter, plan: Plan, runner: ItemRunner,
+                 **kw: Any) -> None:
         super().__init__(**kw)
         self.load = load
         self.adapter = adapter
+        self.plan, self.runner = plan, runner
 
     def collect(self) -> Iterator[pytest.Item]:
-        runner = self.config.stash[ITEM_RUNNER]
+        plan = self.plan
         try:
             task = self.load()
         except Exception as exc:  # TaskFormatError, or a bug in an adapter's loader: this task only
-            yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(exc, "task"))
+            yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(exc, "task"), plan=plan)
             return
-        other = runner.claim_task(task.key, self.nodeid)
+        other = plan.claim_task(task.key, self.nodeid)
         if other is not None:
             where = task.path / "task.toml" if task.path is not None else self.nodeid
             err = TaskFormatError(where, "id", f"a task id unique within suite {task.suite!r}",
                                   f"{task.id!r}, already the id of {other}",
                                   "rename one of the two tasks (both would write the same store rows)")
-            yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(err, "task"))
+            yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(err, "task"), plan=plan)
             return
-        keywords = runner.task_keywords(task)
-        for family in runner.families_for(self.adapter, task):
+        keywords = plan.task_keywords(task)
+        for family in plan.families_for(self.adapter, task):
             target, typ = family_parts(family)
-            for model in runner.runner_names():
-                for r in range(runner.repeats):  # repeats adjacent: the batcher prefetches them together
-                    item = PerturbItem.from_parent(self, name=f"{family}[{model}{repeat_suffix(r, runner.repeats)}]",
-                                                   task=task, family=family, model=model, repeat=r)
+            for model in plan.runner_names():
+                for r in range(plan.repeats):  # repeats adjacent: the batcher prefetches them together
+                    item = PerturbItem.from_parent(self, name=f"{family}[{model}{repeat_suffix(r, plan.repeats)}]",
+                                                   task=task, family=family, model=model, repeat=r, plan=plan,
+                                                   runner=self.runner)
                     for kw in keywords:
                         item.add_marker(kw)
                     if family == CLEAN:
@@ -189,11 +198,10 @@ class InvalidTask(pytest.Item):
     run the task still shows why it did not.
     """
 
-    def __init__(self, *, message: str, **kw: Any) -> None:
+    def __init__(self, *, message: str, plan: Plan, **kw: Any) -> None:
         super().__init__(**kw)
         self.message = message
-        runner = self.config.stash[ITEM_RUNNER]
-        words = {CLEAN, "invalid", *runner.runner_names()}
+        words = {CLEAN, "invalid", *plan.runner_names()}
         markers = {CLEAN}
         for family in (*FAMILIES, *INSERTED):
             words.update((family, *family_parts(family)))
@@ -201,7 +209,7 @@ class InvalidTask(pytest.Item):
         self.extra_keyword_matches.update(words)
         for name in sorted(markers):
             self.add_marker(name)
-        runner.task_invalid(self.nodeid, message)
+        plan.task_invalid(self.nodeid, message)
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, self.name
@@ -226,8 +234,11 @@ class PerturbItem(pytest.Item):
     episode.
     """
 
-    def __init__(self, *, task: Task, family: str, model: str, repeat: int = 0, **kw: Any) -> None:
+    def __init__(self, *, task: Task, family: str, model: str, plan: Plan, runner: ItemRunner, repeat: int = 0,
+                 **kw: Any) -> None:
         super().__init__(**kw)
+        self.runner = runner
+        self.repeats = plan.repeats
         self.task = task
         self.family = family
         self.model = model
@@ -237,12 +248,11 @@ class PerturbItem(pytest.Item):
         self.variant: Variant | None = None
         self.skip_reason = ""
         self.digest = ""
-        runner = self.config.stash[ITEM_RUNNER]
-        self.seed = item_seed(runner.variant_seed, task.key, family)
-        self.episode_seed = episode_seed(runner.seed, task.key, family, repeat)
+        self.seed = item_seed(plan.variant_seed, task.key, family)
+        self.episode_seed = episode_seed(plan.seed, task.key, family, repeat)
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        suffix = repeat_suffix(self.repeat, self.config.stash[ITEM_RUNNER].repeats)
+        suffix = repeat_suffix(self.repeat, self.repeats)
         return self.path, 0, f"{self.task.key}[{self.family}-{self.model}{suffix}]"
 
     def setup(self) -> None:
@@ -252,14 +262,14 @@ class PerturbItem(pytest.Item):
         traceback says nothing about a provider failure, and pytest need not
         parse source to format one.
         """
-        self.config.stash[ITEM_RUNNER].run_item(self)
+        self.runner.run_item(self)
         if self.record is not None and self.record.error:
             pytest.fail(f"infrastructure error (not an agent failure): {self.record.error}\n"
                         f"{self.reproduce_line()}", pytrace=False)
 
     def runtest(self) -> None:
         """The verdict is reported, not raised, unless strict mode asks for it."""
-        self.config.stash[ITEM_RUNNER].check_item(self)
+        self.runner.check_item(self)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, EpisodeFailed):
@@ -267,7 +277,7 @@ class PerturbItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reproduce_line(self) -> str:
-        return self.config.stash[ITEM_RUNNER].reproduce(self)
+        return self.runner.reproduce(self)
 
 
 def result_args(s: Settings) -> list[str]:

@@ -14,7 +14,6 @@ a path: a worker resolves its suites against its own folder.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from ..model.errors import StoreError
 from ..model.keys import EpisodeKey
 from ..model.records import EpisodeRecord, Variant
 from ..model.options import Settings, option
+from .finish import preload_analysis
 
 if TYPE_CHECKING:
     from ..run.store import Store
@@ -108,7 +108,7 @@ class Controller:
     def pytest_sessionstart(self, session: pytest.Session) -> Any:
         """xdist refuses a path argument it cannot send to another host: say how to name the suite instead.
 
-        With workers, the analysis is imported meanwhile (:func:`preload_analysis`): this process idles
+        With workers, the analysis is imported meanwhile (:func:`.finish.preload_analysis`): this process idles
         while they run the episodes.
         """
         if self.distributed:
@@ -139,30 +139,6 @@ class Controller:
             report.longrepr = f"results store error (not an agent failure): {exc}"
             return False
         return True
-
-
-def preload_analysis() -> threading.Thread:
-    """Import what the session's analysis and report need (pandas, numpy, the analysis) in a daemon thread.
-
-    Started on the xdist controller when the workers start (it idles while
-    they run the episodes), and in a lone process when its last item starts
-    (while the episodes still in flight finish), so that the imports are
-    done by the time the last episode ends instead of after it; a failed
-    import is left for the session's own import to raise.
-    """
-    def run() -> None:
-        try:
-            import pandas  # noqa: F401
-
-            from .. import gate, report  # noqa: F401
-            from ..analysis import baseline, cost, degradation, labels, predictors, repeats, sensitivity  # noqa: F401
-            from ..report import coverage  # noqa: F401
-        except BaseException:  # noqa: BLE001 - the session's own import raises it where it is handled
-            pass
-
-    thread = threading.Thread(target=run, name="agentperturb-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:

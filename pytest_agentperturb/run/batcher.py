@@ -23,34 +23,22 @@ executor is :class:`~..agents.litellm_agent.LoopExecutor` (litellm prepares
 its requests there; inline rather than in a thread, where the provider
 allows).
 
-With ``freeze_heap`` (the session's batcher), starting the loop moves every
-object alive at that moment (modules, litellm's tables, the collected
-items: they live until the session ends) out of the cyclic garbage
-collector's reach (``gc.freeze``) until :meth:`Batcher.close`, so the full
-collections that the episodes' allocations set off now and then walk what
-the episodes made, not the whole heap of a process that imported litellm.
-Only a process whose heap nothing else froze is frozen.  Such a process
-also freezes its heap again when the interpreter exits (an ``atexit``
-handler, registered once): the collections of its finalization then skip
-what was alive at exit instead of walking litellm's heap several times
-(about 1.3 s after an import of litellm; 0.07 s frozen).  Objects in
-reference cycles that are still alive at exit are then freed by the
-operating system without their finalizers, which Python does not promise
-to run at exit either.
+With a :class:`~..model.heap.FrozenHeap` (the session's batcher), starting
+the loop freezes the heap and :meth:`Batcher.close` thaws it unless asked
+not to; when and why is :mod:`..model.heap`'s business.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures as cf
-import functools
-import gc
 import logging
 import sys
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from ..model.heap import FrozenHeap
 
 log = logging.getLogger("pytest_agentperturb.batcher")
 Factory = Callable[[], Coroutine[Any, Any, Any]]
@@ -60,12 +48,6 @@ def window(concurrency: int, lookahead: int | None = None) -> int:
     """Submitted, unclaimed episodes a process keeps at most: ``concurrency`` plus the lookahead
     (default: ``concurrency`` more, at least 2).  The xdist scheduler keeps a worker this many items ahead."""
     return concurrency + (lookahead if lookahead is not None else max(2, concurrency))
-
-
-@functools.cache
-def _freeze_at_exit() -> None:
-    """Freeze the heap when the interpreter exits (registered once per process; see the module's docstring)."""
-    atexit.register(gc.freeze)
 
 
 class Batcher:
@@ -78,13 +60,15 @@ class Batcher:
             starts the moment a slot frees up and episodes that finish before
             the one pytest waits for do not idle the connection limit.
         freeze_heap: freeze the heap from the start of the loop to :meth:`close`
-            (see the module's docstring).
+            (a :class:`~..model.heap.FrozenHeap` of its own).
+        heap: the frozen heap to use instead, held by the caller too (the
+            session's, thawed by the plugin's last cleanup).
     """
 
-    def __init__(self, concurrency: int, lookahead: int | None = None, freeze_heap: bool = False) -> None:
+    def __init__(self, concurrency: int, lookahead: int | None = None, freeze_heap: bool = False,
+                 heap: FrozenHeap | None = None) -> None:
         self.concurrency = concurrency
-        self.freeze_heap = freeze_heap
-        self._frozen = False
+        self.heap = heap if heap is not None else FrozenHeap() if freeze_heap else None
         # finished episodes hold their slot until claimed: the default room of one more ``concurrency``
         # lets that many finish out of order before a slow one at the head of the queue starves the limit
         self.window = window(concurrency, lookahead)
@@ -98,10 +82,8 @@ class Batcher:
         if self._loop is None:
             from ..agents.litellm_agent import LoopExecutor
 
-            if self.freeze_heap and not gc.get_freeze_count():
-                gc.freeze()
-                self._frozen = True
-                _freeze_at_exit()
+            if self.heap is not None:
+                self.heap.freeze()
             loop = asyncio.new_event_loop()
             loop.set_default_executor(LoopExecutor(thread_name_prefix="agentperturb-episode"))
             self._thread = threading.Thread(target=loop.run_forever, name="agentperturb-episodes", daemon=True)
@@ -168,21 +150,18 @@ class Batcher:
         del self._futures[key]
         return fut.result()
 
-    def close(self, thaw: bool = True) -> bool:
+    def close(self, thaw: bool = True) -> None:
         """Cancel what is still scheduled, close API clients, stop the loop; unfreeze the heap in any case.
 
-        With ``thaw=False`` the heap this batcher froze stays frozen for the
-        caller to unfreeze (the session does, once pytest's own end-of-run
-        collections are done); returns whether it left it frozen.
+        With ``thaw=False`` the heap this batcher froze stays frozen for its
+        holder to thaw (the session's, once pytest's own end-of-run
+        collections are done).
         """
         try:
             self._close()
         finally:
-            left = self._frozen and not thaw
-            if self._frozen and thaw:
-                gc.unfreeze()
-            self._frozen = False
-        return left
+            if thaw and self.heap is not None:
+                self.heap.thaw()
 
     def _close(self) -> None:
         if self._loop is None:

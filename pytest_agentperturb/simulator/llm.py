@@ -50,15 +50,16 @@ _limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.
 
 
 def render_prompt(task: Task, recovery: Sequence[str], root: Path = PROMPTS) -> str:
-    """Fill ``prompts/simulator.md`` for one instance."""
+    """Fill ``prompts/simulator.md`` (or the task's own ``user_prompt``) for one instance."""
     facts = [task.fact(r) for r in dict.fromkeys(recovery)]
     lines = "\n".join(f"- {f.question or f.id.replace('_', ' ')} Answer: {f.value}" for f in facts) or "(none)"
     values = {"goal": task.title or task.id, "facts": lines, "neutral": NEUTRAL_REPLY}
-    text = (root / PROMPT).read_text(encoding="utf-8")
+    text = task.user_prompt or (root / PROMPT).read_text(encoding="utf-8")
+    where = f"the user prompt of {task.key}" if task.user_prompt else str(root / PROMPT)
 
     def sub(m: re.Match[str]) -> str:
         if m.group(1) not in values:
-            raise KeyError(f"{root / PROMPT}: unknown placeholder {{{{{m.group(1)}}}}}")
+            raise KeyError(f"{where}: unknown placeholder {{{{{m.group(1)}}}}}")
         return values[m.group(1)]
 
     return re.sub(r"\{\{(\w+)\}\}", sub, re.sub(r"<!--.*?-->\n?", "", text, flags=re.S))

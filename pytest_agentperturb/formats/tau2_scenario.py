@@ -1,0 +1,173 @@
+"""A tau2 user scenario as the task model's surfaces and facts (for :mod:`.tau2`); imports no tau2.
+
+tau2 gives its user simulator a scenario: ``reason_for_call``,
+``known_info`` (what the user knows: name, user id, zip code, order
+number), ``unknown_info`` and ``task_instructions`` (how to behave).  The
+agent sees none of it; it hears the user's requests.  Here:
+
+* the opening request is the ``reason_for_call``, rewritten by rule from
+  the second person ("You want to cancel reservation EHGLP3") to the
+  first ("I want to cancel reservation EHGLP3") (:func:`opening_request`);
+* facts are the string values of the gold actions' arguments that the
+  agent cannot look up: those the request states (``user`` facts, which
+  the user operators remove or corrupt), those the policy states
+  (``procedure`` facts), and those only the scenario's ``known_info`` or
+  ``task_instructions`` state: these are *held* facts, on no surface,
+  which the user simulator gives when asked on every instance
+  (``Task.held``).  Values the agent finds with its tools (a reservation id
+  listed in the user's profile) are no facts: the gold steps keep them
+  literally;
+* each fact is read by a pattern anchored on the words around it
+  (:func:`~.facts.stated_fact`), and kept only when a reader of the clean
+  surfaces finds exactly its value (held facts are read nowhere).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..model.task import Fact, Step, Surfaces
+from .derived_facts import stated_at, stated_fact
+
+#: Second-person phrases and their first-person forms, longest first (case kept at a sentence start).
+_PERSON: tuple[tuple[str, str], ...] = (
+    ("you are", "I am"), ("you're", "I'm"), ("you were", "I was"), ("you've", "I've"), ("you'd", "I'd"),
+    ("you'll", "I'll"), ("yourself", "myself"), ("yours", "mine"), ("your", "my"),
+)
+#: Words after which ``you`` is an object (``me``), not a subject (``I``).
+_OBJECT_BEFORE = re.compile(r"(?:\b(?:to|for|with|at|from|about|tell|told|tells|give|gave|gives|help|helps|"
+                            r"helped|let|lets|ask|asks|asked|allow|allows|allowed|call|called|contact|"
+                            r"contacted|charge|charged|offer|offered|send|sent|show|owe|owes|remind)\s+)$", re.I)
+#: The smallest string value worth a fact (shorter ones are read everywhere).
+MIN_LEN = 2
+
+
+def opening_request(reason_for_call: str) -> str:
+    """The user's opening message: ``reason_for_call`` in the first person, whitespace tidied."""
+    text = re.sub(r"[ \t]+", " ", reason_for_call.strip())
+    text = re.sub(r" ?\n ?", "\n", text)
+    text = re.sub(r"\n\s*\n+", "\n\n", text)
+    out, i = [], 0
+    words = re.compile(r"\b(" + "|".join(re.escape(a) for a, _ in _PERSON) + r"|you)\b", re.I)
+    for m in words.finditer(text):
+        word = m.group(1)
+        low = word.lower()
+        if low == "you":
+            new = "me" if _OBJECT_BEFORE.search(text[:m.start()]) else "I"
+        else:
+            new = dict(_PERSON)[low]
+        if word[0].isupper() and new[0].islower():
+            new = new[0].upper() + new[1:]
+        out += [text[i:m.start()], new]
+        i = m.end()
+    out.append(text[i:])
+    return "".join(out)
+
+
+def held_text(known_info: str | None, task_instructions: str | None) -> str:
+    """What the user knows beyond the request: ``known_info`` and ``task_instructions``."""
+    return "\n".join(t.strip() for t in (known_info, task_instructions) if t and t.strip())
+
+
+def user_prompt(guidelines: str, scenario: str) -> str:
+    """The user model's prompt: tau2's simulation guidelines and the scenario, as tau2 writes its own
+    (``<scenario>`` block), then the harness's rules for what may be disclosed."""
+    return (f"{guidelines.strip()}\n\n<scenario>\n{scenario.strip()}\n</scenario>\n\n"
+            "## What you may give the assistant when it asks\n{{facts}}\n\n"
+            "Answer only what the assistant asks, with the value written exactly as shown. When it asks "
+            "for anything else, reply exactly: {{neutral}}")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Facts of one tau2 task: all of them, the held ones' ids, and the gold steps over them."""
+
+    facts: tuple[Fact, ...]
+    held: tuple[str, ...]
+    steps: tuple[Step, ...]
+
+    def on(self, surface: str) -> list[str]:
+        """Ids of the facts stated on ``surface``."""
+        return [f.id for f in self.facts if surface in f.surfaces]
+
+
+def string_leaves(value: Any) -> Iterator[tuple[str, str]]:
+    """``(argument, value)`` for every string in a (nested) argument value, in order."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            for arg, s in string_leaves(v):
+                yield (arg or str(k)), s
+    elif isinstance(value, list):
+        for v in value:
+            yield from string_leaves(v)
+    elif isinstance(value, str):
+        yield "", value
+
+
+def _fact_id(arg: str, taken: set[str]) -> str:
+    base = re.sub(r"[^a-z0-9_]", "_", arg.lower()).strip("_") or "value"
+    base = base if re.match(r"[a-z_]", base) else "v_" + base
+    name, i = base, 1
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
+def derive(request: str, policy: str, held: str, actions: Sequence[tuple[str, Mapping[str, Any]]]) -> Scenario:
+    """Facts and templated gold steps of one task (see the module docstring).
+
+    A value goes to the first of request, held text and policy that states
+    it as a whole token; on the request and the policy it must be read there
+    by its anchored pattern and nowhere else on the clean surfaces.
+    """
+    values: dict[str, tuple[str, str]] = {}  # value -> (tool, argument)
+    for tool, args in actions:
+        for arg, v in string_leaves(dict(args)):
+            if len(v) >= MIN_LEN and "\n" not in v and v not in values:
+                values[v] = (tool, arg)
+    ids: set[str] = set()
+    facts: list[Fact] = []
+    held_ids: list[str] = []
+    others = list(values)
+    for value, (tool, arg) in values.items():
+        words = arg.replace("_", " ")
+        near = [o for o in others if o != value]
+        if stated_at(request, value) >= 0:
+            fid = _fact_id(arg, ids)
+            fact = stated_fact(fid, value, "user", request, f"Which {words} should I use for {tool}?", near)
+        elif stated_at(held, value) >= 0:
+            fid = _fact_id(arg, ids)
+            fact = stated_fact(fid, value, "user", held, f"What is your {words}?", near)
+            if fact is not None:
+                fact = replace(fact, surfaces=())
+                held_ids.append(fid)
+        elif stated_at(policy, value) >= 0:
+            fid = _fact_id(arg, ids)
+            fact = stated_fact(fid, value, "procedure", policy, f"Which {words} does the policy give for {tool}?",
+                               near)
+        else:
+            continue
+        if fact is not None:
+            facts.append(fact)
+    texts = Surfaces(request, policy, (), ()).texts()
+    kept = [f for f in facts if not f.surfaces or {v for _, v in f.find(texts)} == {f.value}]
+    held_kept = tuple(h for h in held_ids if any(f.id == h for f in kept))
+    by_value = {f.value: f.id for f in kept}
+    steps = tuple(Step(tool, {a: _template(v, by_value) for a, v in dict(args).items()}) for tool, args in actions)
+    return Scenario(tuple(kept), held_kept, steps)
+
+
+def _template(value: Any, by_value: Mapping[str, str]) -> Any:
+    """A gold argument with every string equal to a fact's value replaced by its ``{fact}`` placeholder."""
+    if isinstance(value, Mapping):
+        return {k: _template(v, by_value) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_template(v, by_value) for v in value]
+    if isinstance(value, str) and value in by_value:
+        return "{" + by_value[value] + "}"
+    return value

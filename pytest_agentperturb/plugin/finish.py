@@ -1,0 +1,172 @@
+"""The end of a session: the analysis, the gate's verdict, the HTML report and the terminal summary.
+
+At the session's end :class:`Finish` stops the episode loop and closes the
+store (:meth:`.running.Runner.close`); then, on the controller or the only
+process, it reads this session's episodes back from the store, runs the
+analysis (against the ``--agentperturb-baseline`` run, resolved before
+anything ran), asks the gate for a verdict, writes the report once and
+prints the summary.  :func:`preload_analysis` imports what it needs while
+the last episodes still run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..gate import Thresholds, Verdict
+from ..model.options import Settings, option
+from ..model.records import EpisodeRecord
+from .results import Results
+
+if TYPE_CHECKING:
+    from ..analysis import Analysis
+    from ..report.coverage import SuiteCoverage
+    from ..run.baseline import BaselineRun
+
+
+def preload_analysis() -> threading.Thread:
+    """Import what the session's analysis and report need (pandas, numpy, the analysis) in a daemon thread.
+
+    Started on the xdist controller when the workers start (it idles while
+    they run the episodes), and in a lone process when its last item starts
+    (while the episodes still in flight finish), so that the imports are
+    done by the time the last episode ends instead of after it; a failed
+    import is left for the session's own import to raise.
+    """
+    def run() -> None:
+        try:
+            import pandas  # noqa: F401
+
+            from .. import gate, report  # noqa: F401
+            from ..analysis import baseline, cost, degradation, labels, predictors, repeats, sensitivity  # noqa: F401
+            from ..report import coverage  # noqa: F401
+        except BaseException:  # noqa: BLE001 - the session's own import raises it where it is handled
+            pass
+
+    thread = threading.Thread(target=run, name="agentperturb-preload", daemon=True)
+    thread.start()
+    return thread
+
+
+@dataclass
+class Tally:
+    """What the controller (or the only process) counts of this session's items (:mod:`.reporting`), for the finish."""
+
+    results: Results = field(default_factory=Results)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    skip_rows: list[dict[str, Any]] = field(default_factory=list)
+    harness_errors: int = 0
+    invalid: dict[str, str] = field(default_factory=dict)  # node id -> why the task (suite) was not loaded
+
+
+class Finish:
+    """The session's end and its summary (registered as a plugin beside the session)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, thresholds: Thresholds, tally: Tally,
+                 close: Callable[[], None]) -> None:
+        self.config, self.settings, self.thresholds = config, settings, thresholds
+        self.tally = tally
+        self.close = close  # stops the episode loop and closes the store (Runner.close)
+        self.is_worker = hasattr(config, "workerinput")
+        self.started = time.perf_counter()
+        self.coverage: list[SuiteCoverage] = []
+        self.verdict: Verdict | None = None
+        self.analysis: Analysis | None = None
+        self.baseline_run: BaselineRun | None = None
+
+    def resolve_baseline(self) -> None:
+        """Find the ``--agentperturb-baseline`` run before anything runs (a bad name is a usage error)."""
+        from ..model.errors import AgentPerturbError
+        from ..run.baseline import resolve_for_session
+
+        try:
+            flag = self.thresholds.names.get("max_regression", option("max_regression").flag) \
+                if self.thresholds.max_regression is not None else None
+            self.baseline_run = resolve_for_session(self.settings, flag, Path(str(self.config.rootpath)))
+        except AgentPerturbError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.close()
+        if self.is_worker or self.config.option.collectonly:
+            return  # nothing ran: keep the last report instead of writing an empty one
+        from .. import report
+        from ..gate import evaluate
+        from ..report.coverage import coverage, coverage_html
+
+        t = self.tally
+        rows = t.results.read(self.settings.store, self.settings.run_id)  # every process wrote them there
+        extra = []
+        if self.config.hook.pytest_agentperturb_report_sections.get_hookimpls():
+            extra = self.config.hook.pytest_agentperturb_report_sections(
+                records=[EpisodeRecord.from_row(r) for r in rows], config=self.config)
+        self.coverage = coverage(rows, t.skip_rows)
+        sections = [("Coverage per suite", coverage_html(self.coverage))]
+        sections += [s for res in extra for s in (res or [])]
+        table = report.episode_table(rows)
+        self.analysis = report.analyse(table, rows, seed=self.settings.seed, **self._baseline_inputs())
+        del rows  # the table holds what the page needs
+        self.verdict = evaluate(self.thresholds, self.analysis)
+        if t.results.episodes:  # never replace the last report by an empty one
+            notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(t.invalid.items())]
+            report.write_report(self.settings.report, self.analysis, self.verdict, settings=self.settings,
+                                skipped=t.skipped, extra_sections=sections, n_rows=len(table), notes=notes)
+        if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _baseline_inputs(self) -> dict[str, Any]:
+        """The baseline run's episode table for the analysis (nothing without ``--agentperturb-baseline``)."""
+        if self.baseline_run is None:
+            return {}
+        from .. import report
+        from ..run.baseline import read_rows
+
+        rows = read_rows(self.baseline_run)
+        return {"baseline": report.episode_table(rows), "baseline_label": self.baseline_run.label}
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.is_worker:
+            return
+        tr = terminalreporter
+        res = self.tally.results
+        reused = res.reused
+        errors = res.errors + self.tally.harness_errors
+        tr.write_sep("=", "agentperturb")
+        tr.write_line(f"episodes run: {res.episodes - reused}, reused: {reused}, "
+                      f"errors: {errors} (excluded from every aggregate), "
+                      f"wall time: {time.perf_counter() - self.started:.1f} s")
+        invalid = self.tally.invalid
+        if invalid:
+            tr.write_line(f"tasks not loaded: {len(invalid)} (each an ERROR; the other tasks ran)", red=True)
+            for nodeid, msg in sorted(invalid.items()):
+                tr.write_line(f"  {nodeid}: {msg}")
+        if self.analysis is not None:
+            from ..analysis import extra_summary_lines, summary_lines
+
+            for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
+                tr.write_line(line)
+        if self.coverage:
+            from ..report.coverage import coverage_lines
+
+            for line in coverage_lines(self.coverage):
+                tr.write_line(f"coverage {line}")
+        if res.failed:
+            tr.write_line(f"agent failures: {res.failed} (first 5 below; all in the report)")
+            for nodeid, reward, reproduce in res.first_failures():
+                tr.write_line(f"  {nodeid}  reward={reward}")
+                tr.write_line(f"    {reproduce}")
+        for line in (self.verdict.lines() if self.verdict is not None else []):
+            tr.write_line(line, red=self.verdict is not None and self.verdict.failed
+                          and ("breached" in line or "not evaluated" in line))
+        if res.episodes:
+            tr.write_line(f"report: {self.settings.report}")
+        elif not self.config.option.collectonly:
+            tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")
+        tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")
