@@ -92,7 +92,7 @@ def test_every_instance_holds_the_facts_the_user_holds() -> None:
                 answer="", grader=FunctionGrader(lambda *a: 1.0), environment=lambda inj: None,  # type: ignore
                 tools=(), held=("user_id",))
     assert clean_variant(task).recovery == ("user_id",)
-    from pytest_agentperturb.run.simulator import default_simulator
+    from pytest_agentperturb.simulator.keyword import default_simulator
 
     sim = default_simulator(task, clean_variant(task))
     assert sim.answer("What is your user id?").text == "mia_li_3668"

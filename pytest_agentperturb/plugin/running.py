@@ -126,7 +126,7 @@ class Runner:
         def episode() -> Any:
             simulator = None
             if self.llm.user_model:
-                from ..run.llm_simulator import make_simulator
+                from ..simulator.llm import make_simulator
 
                 simulator = make_simulator(item.task, variant, self.llm)
             return run_episode(item.task, variant, agent, run_id=self.settings.run_id, seed=item.seed,

@@ -36,7 +36,7 @@ sign, a percent sign, and a scale word or suffix (``4.2m``, ``1.5 bn``,
 check may carry a ``criterion``, the name the report shows.
 
 The grader is part of the task and is never perturbed.  :class:`DeclarativeGrader`
-implements the :class:`~pytest_agentperturb.model.protocols.Grader` interface.
+implements the :class:`~pytest_agentperturb.model.interfaces.Grader` interface.
 """
 
 from __future__ import annotations
