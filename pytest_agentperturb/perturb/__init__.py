@@ -23,15 +23,14 @@ They are imported on first use, so importing the engine stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..model import lazy_exports
+from ..model.interfaces import Edit, Operator
 from .engine import (
     FACT_FAMILIES,
     MAX_ATTEMPTS,
-    Edit,
     Engine,
-    Operator,
     OracleResult,
     OracleRunner,
     Registry,
@@ -66,13 +65,8 @@ def builtin_registry(image_backend: ImageBackend | None = None) -> Registry:
     return Registry(builtin_operators(image_backend))
 
 
-def __getattr__(name: str) -> Any:
-    """Import an operator helper on first use."""
-    if name in _HELPERS:
-        value = getattr(importlib.import_module(f".{_HELPERS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: Import an operator helper on first use.
+__getattr__ = lazy_exports(__name__, globals(), _HELPERS)
 
 
 __all__ = [
