@@ -84,7 +84,9 @@ from typing import Any
 from ..model.errors import OptionError, TaskFormatError, ToolError, VariantSkipped
 from ..model.protocols import GradeResult, Observation
 from ..model.records import Canary, Injection, Variant
-from ..model.task import Edit, Surfaces, Task, TaskSlot
+from ..model.interfaces import Edit
+from ..model.task import Surfaces, Task, TaskSlot
+from .benchmark import BenchmarkAdapter
 from .derived_facts import Derived, derive_facts
 
 NAME = "agentdojo"
@@ -493,7 +495,7 @@ class SuiteData:
 # -- the adapter ------------------------------------------------------------------------------------
 
 
-class AgentDojoAdapter:
+class AgentDojoAdapter(BenchmarkAdapter["SuiteData"]):
     """Suite adapter for ``agentdojo`` / ``agentdojo:<suite>`` (see the module docstring).
 
     Task ids are ``<suite>-ut<NN>``; each task's ``suite`` is
@@ -501,31 +503,25 @@ class AgentDojoAdapter:
     rows are the same either way.
     """
 
+    benchmark, requirement = NAME, REQUIREMENT
+    task_field, task_kind = "ground_truth", "a user task the adapter can map"
+
     def __init__(self, name: str, suites: Sequence[str]) -> None:
         check_installed()
-        self.name = name
-        self.suites = tuple(suites)
-        self._data: dict[str, SuiteData] = {}
+        super().__init__(name, suites)
 
-    def data(self, suite: str) -> SuiteData:
-        if suite not in self._data:
-            self._data[suite] = SuiteData(load(), suite)
-        return self._data[suite]
+    @property
+    def suites(self) -> tuple[str, ...]:
+        return self.parts
 
-    def tasks(self) -> Iterator[TaskSlot]:
-        for suite in self.suites:
-            data = self.data(suite)
-            for task_id in data.user_tasks:
-                yield TaskSlot(task_id, functools.partial(self._task, data, task_id))
+    def load_part(self, part: str) -> SuiteData:
+        return SuiteData(load(), part)
 
-    @staticmethod
-    def _task(data: SuiteData, task_id: str) -> Task:
-        try:
-            return data.make_task(task_id)
-        except Exception as exc:  # an AgentDojo task this adapter cannot read: an error of that task only
-            raise TaskFormatError(f"{NAME}:{data.name}/{data.user_tasks[task_id]}", "ground_truth",
-                                  "a user task the adapter can map", f"{type(exc).__name__}: {exc}"[:300],
-                                  f"report it; the pinned version is {REQUIREMENT}") from exc
+    def task_ids(self, data: SuiteData) -> Iterator[str]:
+        return iter(data.user_tasks)
+
+    def source(self, data: SuiteData, task_id: str) -> str:
+        return str(data.user_tasks[task_id])
 
     def operators(self) -> list[InjectionTaskOperator]:
         """One inserted object per injection task of the selected suites."""

@@ -57,6 +57,7 @@ from ..model.errors import OptionError, TaskFormatError, ToolError
 from ..model.protocols import GradeResult
 from ..model.records import Injection
 from ..model.task import Surfaces, Task, TaskSlot
+from .benchmark import BenchmarkAdapter
 from .tau2_scenario import Scenario, derive, held_text, opening_request, user_prompt
 
 NAME = "tau2"
@@ -341,34 +342,28 @@ class DomainData:
 # -- the adapter ----------------------------------------------------------------------------------
 
 
-class Tau2Adapter:
+class Tau2Adapter(BenchmarkAdapter["DomainData"]):
     """Suite adapter for ``tau2`` / ``tau2:<domain>`` (see the module docstring)."""
+
+    benchmark, requirement = NAME, REQUIREMENT
+    task_field, task_kind = "evaluation_criteria", "a task the adapter can map"
 
     def __init__(self, name: str, domains: Sequence[str]) -> None:
         check_installed()
-        self.name = name
-        self.domains = tuple(domains)
-        self._data: dict[str, DomainData] = {}
+        super().__init__(name, domains)
 
-    def data(self, domain: str) -> DomainData:
-        if domain not in self._data:
-            self._data[domain] = DomainData(load(), domain)
-        return self._data[domain]
+    @property
+    def domains(self) -> tuple[str, ...]:
+        return self.parts
 
-    def tasks(self) -> Iterator[TaskSlot]:
-        for domain in self.domains:
-            data = self.data(domain)
-            for task_id in data.tau2_tasks:
-                yield TaskSlot(task_id, functools.partial(self._task, data, task_id))
+    def load_part(self, part: str) -> DomainData:
+        return DomainData(load(), part)
 
-    @staticmethod
-    def _task(data: DomainData, task_id: str) -> Task:
-        try:
-            return data.make_task(task_id)
-        except Exception as exc:  # a tau2 task this adapter cannot read: an error of that task only
-            raise TaskFormatError(f"{NAME}:{data.name}/{data.tau2_tasks[task_id].id}", "evaluation_criteria",
-                                  "a task the adapter can map", f"{type(exc).__name__}: {exc}"[:300],
-                                  f"report it; the pinned version is {REQUIREMENT}") from exc
+    def task_ids(self, data: DomainData) -> Iterator[str]:
+        return iter(data.tau2_tasks)
+
+    def source(self, data: DomainData, task_id: str) -> str:
+        return str(data.tau2_tasks[task_id].id)
 
 
 def adapter_for(name: str) -> Tau2Adapter | None:
