@@ -11,7 +11,7 @@ import random
 from dataclasses import replace
 
 from ..model.task import Task, Turn
-from .engine import Edit, Operator
+from ..model.interfaces import Edit, Operator
 from .helpers import facts_on, omission
 from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue, unrelated
 

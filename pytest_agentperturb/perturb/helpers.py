@@ -17,7 +17,7 @@ from dataclasses import replace
 from ..model.records import Canary
 from ..model.task import Fact, Surfaces, Task, Turn
 from .decoys import enum_alternatives, fresh_decoy
-from .engine import Edit
+from ..model.interfaces import Edit
 from .phrasing import restated
 from .world import clean_text, gold_text
 

@@ -42,7 +42,7 @@ from ..model.images import ImageEdit, image_digest, layer_text
 from ..model.protocols import ImagePart, Observation
 from ..model.records import Canary
 from ..model.task import Fact, Task, fill
-from .engine import Edit, Operator
+from ..model.interfaces import Edit, Operator
 from .helpers import clean_text, fresh_decoy
 from .text_ops import unrelated
 

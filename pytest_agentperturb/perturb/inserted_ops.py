@@ -25,7 +25,7 @@ from dataclasses import replace
 from ..model.records import Canary, Injection
 from ..model.task import Task, Turn
 from . import bank
-from .engine import Edit, Operator
+from ..model.interfaces import Edit, Operator
 from .helpers import clean_text
 from .text_ops import unrelated
 

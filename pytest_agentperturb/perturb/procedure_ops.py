@@ -10,7 +10,7 @@ import random
 
 from ..model.records import Canary
 from ..model.task import Fact, Task
-from .engine import Edit, Operator
+from ..model.interfaces import Edit, Operator
 from .helpers import facts_on, replace_text, stating_sentence
 from .phrasing import invert_rule
 from .text_ops import AppendUnrelated, DropFactSentence, KeepObsolete, SwapValue, VagueValue

@@ -23,7 +23,7 @@ from dataclasses import replace
 from ..model.records import Canary
 from ..model.task import Fact, Task, Turn
 from . import bank
-from .engine import Edit
+from ..model.interfaces import Edit
 from .helpers import (
     clashes,
     facts_on,

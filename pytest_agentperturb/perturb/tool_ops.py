@@ -18,7 +18,7 @@ from typing import Any
 from ..model.records import Canary
 from ..model.task import Surfaces, Task
 from . import bank
-from .engine import Edit, Operator
+from ..model.interfaces import Edit, Operator
 from .world import area_object
 
 

@@ -10,7 +10,7 @@ import random
 from dataclasses import replace
 
 from ..model.task import Task
-from .engine import Edit, Operator
+from ..model.interfaces import Edit, Operator
 from .text_ops import AppendUnrelated, DropFactSentence, MisattributeValue, SwapValue, VagueValue, unrelated
 
 

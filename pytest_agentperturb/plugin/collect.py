@@ -30,7 +30,8 @@ import pytest
 
 from ..model.errors import TaskFormatError
 from ..model.options import OPTIONS, Settings, option
-from ..model.task import SuiteAdapter, TaskSlot
+from ..model.interfaces import SuiteAdapter
+from ..model.task import TaskSlot
 from ..model.records import EpisodeRecord, Variant
 from ..model.task import CLEAN, FAMILIES, INSERTED, Task, family_parts
 

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..model.context import Agent
+from ..model.interfaces import Agent
 from ..model.errors import OptionError
 from ..model.options import Settings, check_name
-from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, SuiteAdapter, Task
+from ..model.interfaces import SuiteAdapter
+from ..model.task import CLEAN, FAMILIES, IMAGE_OBJECTS, INSERTED, Task
 
 if TYPE_CHECKING:
     from ..imaging.backends import ImageBackend

@@ -24,7 +24,8 @@ from ..model import __version__
 from ..model.errors import StoreError
 from ..model.heap import FrozenHeap
 from ..model.options import Settings
-from ..model.task import SuiteAdapter, Task
+from ..model.interfaces import SuiteAdapter
+from ..model.task import Task
 from .collect import NamedSuite, SuiteDirectory
 from .distribute import Controller
 from .finish import Finish, Tally

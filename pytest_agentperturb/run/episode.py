@@ -20,7 +20,8 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from ..model.context import Agent, EpisodeContext
+from ..model.context import EpisodeContext
+from ..model.interfaces import Agent
 from ..model.images import EditedImages
 from ..model.interfaces import Simulator
 from ..model.records import EpisodeRecord, Variant
