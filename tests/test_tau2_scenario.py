@@ -66,7 +66,7 @@ def test_facts_go_to_the_request_the_policy_or_the_user_who_holds_them() -> None
     assert by["#W2378156"].surfaces == ("user",) and by["business"].surfaces == ("procedure",)
     assert {by[v].id for v in ("Yusuf", "Rossi", "19122", "credit_card_1")} == set(sc.held)
     assert all(by[v].surfaces == () for v in ("Yusuf", "Rossi", "19122"))
-    assert (by["19122"].id, by["19122"].question) == ("zip", "What is your zip?")
+    assert (by["19122"].id, by["19122"].question) == ("zip", "What is your zip code?")
     assert sc.steps[2].args == {"passengers": [{"first_name": "{" + by["Yusuf"].id + "}"}],
                                 "cabin": "{" + by["business"].id + "}"}
     assert sc.steps[1].args["item_ids"] == ["6469567736"]  # found with the tools: kept literally

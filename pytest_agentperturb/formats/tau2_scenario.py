@@ -41,6 +41,8 @@ _PERSON: tuple[tuple[str, str], ...] = (
 _OBJECT_BEFORE = re.compile(r"(?:\b(?:to|for|with|at|from|about|tell|told|tells|give|gave|gives|help|helps|"
                             r"helped|let|lets|ask|asks|asked|allow|allows|allowed|call|called|contact|"
                             r"contacted|charge|charged|offer|offered|send|sent|show|owe|owes|remind)\s+)$", re.I)
+#: How a user is asked for an argument whose name alone reads badly.
+QUESTION_WORDS: Mapping[str, str] = {"email": "e-mail address", "dob": "date of birth", "zip": "zip code"}
 #: The smallest string value worth a fact (shorter ones are read everywhere).
 MIN_LEN = 2
 
@@ -94,17 +96,26 @@ class Scenario:
         return [f.id for f in self.facts if surface in f.surfaces]
 
 
-def string_leaves(value: Any) -> Iterator[tuple[str, str]]:
-    """``(argument, value)`` for every string in a (nested) argument value, in order."""
+def string_leaves(value: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
+    """``(argument, whose, value)`` for every string in a (nested) argument value, in order.
+
+    ``whose`` names the list item a value belongs to (``passenger 2`` for
+    ``passengers[1].first_name``), so that two passengers' first names are
+    asked for apart; empty at the top level.
+    """
     if isinstance(value, Mapping):
         for k, v in value.items():
-            for arg, s in string_leaves(v):
-                yield (arg or str(k)), s
+            if isinstance(v, list) and any(isinstance(x, Mapping) for x in v):
+                for i, x in enumerate(v):
+                    yield from string_leaves(x, f"{str(k).rstrip('s').replace('_', ' ')} {i + 1}")
+            else:
+                for arg, whose, s in string_leaves(v, where):
+                    yield (arg or str(k)), whose, s
     elif isinstance(value, list):
         for v in value:
-            yield from string_leaves(v)
+            yield from string_leaves(v, where)
     elif isinstance(value, str):
-        yield "", value
+        yield "", where, value
 
 
 def _fact_id(arg: str, taken: set[str]) -> str:
@@ -125,24 +136,25 @@ def derive(request: str, policy: str, held: str, actions: Sequence[tuple[str, Ma
     it as a whole token; on the request and the policy it must be read there
     by its anchored pattern and nowhere else on the clean surfaces.
     """
-    values: dict[str, tuple[str, str]] = {}  # value -> (tool, argument)
+    values: dict[str, tuple[str, str, str]] = {}  # value -> (tool, argument, whose)
     for tool, args in actions:
-        for arg, v in string_leaves(dict(args)):
+        for arg, whose, v in string_leaves(dict(args)):
             if len(v) >= MIN_LEN and "\n" not in v and v not in values:
-                values[v] = (tool, arg)
+                values[v] = (tool, arg, whose)
     ids: set[str] = set()
     facts: list[Fact] = []
     held_ids: list[str] = []
     others = list(values)
-    for value, (tool, arg) in values.items():
-        words = arg.replace("_", " ")
+    for value, (tool, arg, whose) in values.items():
+        words = arg.replace("_", " ") + (f" of {whose}" if whose else "")
         near = [o for o in others if o != value]
         if stated_at(request, value) >= 0:
             fid = _fact_id(arg, ids)
             fact = stated_fact(fid, value, "user", request, f"Which {words} should I use for {tool}?", near)
         elif stated_at(held, value) >= 0:
             fid = _fact_id(arg, ids)
-            fact = stated_fact(fid, value, "user", held, f"What is your {words}?", near)
+            ask = f"What is the {words}?" if whose else f"What is your {QUESTION_WORDS.get(arg, words)}?"
+            fact = stated_fact(fid, value, "user", held, ask, near)
             if fact is not None:
                 fact = replace(fact, surfaces=())
                 held_ids.append(fid)
