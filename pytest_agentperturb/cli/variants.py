@@ -462,7 +462,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from . import check
+
     folder = Path(args.folder)
+    if check.is_named_suite(args.folder) or (folder / "task.toml").is_file() or is_suite(folder):
+        return check._cmd_check(args)
     if not folder.is_dir():
         raise AgentPerturbError(f"{folder}: no such folder; fix: pass the --out folder of 'agentperturb generate'")
     from ..run import make_engine
@@ -491,6 +495,12 @@ def add_commands(sub: Any) -> None:
     g.add_argument("--review-size", type=int, default=40, metavar="N",
                    help="variants on the review page (default: 40; drawn with --seed)")
     g.set_defaults(func=_cmd_generate)
-    v = sub.add_parser("verify", help="re-check every variant manifest below a folder; exit 1 on any breach.")
-    v.add_argument("folder", help="folder written by 'agentperturb generate'")
+    v = sub.add_parser("verify", help="re-check every variant manifest below a folder, or check a suite's "
+                                      "authored edits and variants (seeds 0-4) with the realism lint; "
+                                      "exit 1 on any breach.")
+    v.add_argument("folder", help="folder written by 'agentperturb generate', or a suite folder, a task folder, "
+                                  "agentdojo[:suite] or tau2[:domain]")
+    from .check import add_arguments
+
+    add_arguments(v)
     v.set_defaults(func=_cmd_verify)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 # the seams a task holds or receives; re-exported, where adapters and operators have always found them
+from .authored import Authored
 from .interfaces import ComplianceCheck, Edit, EnvironmentFactory, Grader, Operator, SuiteAdapter
 from .vocab import (
     CLEAN,
@@ -79,6 +80,9 @@ class Task:
         user_prompt: the user model's prompt when the benchmark ships its
             own (``{{facts}}`` and ``{{neutral}}`` are filled as in
             ``prompts/simulator.md``); empty: that file.
+        authored: edits written by hand for this task, per family, and the
+            families declared not applicable (:mod:`.authored`); the engine
+            tries them before any rule operator.
     """
 
     suite: str
@@ -99,6 +103,7 @@ class Task:
     compliance: ComplianceCheck | None = field(default=None, repr=False, compare=False)
     held: tuple[str, ...] = ()
     user_prompt: str = field(default="", repr=False)
+    authored: Authored = field(default_factory=Authored, repr=False)
 
     @property
     def key(self) -> str:
@@ -128,6 +133,8 @@ class Task:
                 h.update(self.surfaces.render(t).encode())
             for name in sorted(self.fingerprint):
                 h.update(name.encode() + b"\0" + self.fingerprint[name])
+            if self.authored:
+                h.update(b"authored\0" + self.authored.key().encode())
             self.__dict__["_digest"] = h.hexdigest()
         return str(self.__dict__["_digest"])
 

@@ -20,6 +20,11 @@ docs/design.md section 2 *run* green:
 Every variant must also carry canaries, and none of them may already
 appear in what the clean oracle does (else compliance would be vacuous).
 
+A task's authored edits (:mod:`.authored`, written by hand as data) are its
+catalog for a family when it has any; a family it declares not applicable
+is skipped with the author's reason; only otherwise do the rule operators
+of the registry apply.
+
 The engine does not run episodes itself: it is given an *oracle runner*
 (``(task, variant) -> OracleResult``), which the run layer provides.  A
 failing candidate is regenerated with the next seed up to
@@ -42,6 +47,7 @@ from ..model.task import CLEAN, FAMILIES, INSERTED, SURFACE_FILES, TARGETS, Surf
 from ..model.interfaces import Edit as Edit  # re-exported: operators import it from here
 from ..model.interfaces import Operator as Operator
 from ..model.trajectory import Trajectory, actions, actions_text
+from .authored import authored_operators
 
 MAX_ATTEMPTS = 5
 
@@ -160,6 +166,15 @@ def _gold_actions(trajectory: Trajectory) -> list[tuple[str, str]]:
     return [(a.tool, repr(a.args)) for a in actions(trajectory)]
 
 
+def variant_of(task: Task, family: str, operator: str, seed: int, edit: Edit) -> Variant:
+    """The (unchecked) variant an operator's edit makes of ``task``; the recovery annotation adds ``task.held``."""
+    v = Variant(task=task.key, family=family, operator=operator, seed=seed,
+                surfaces=edit.surfaces.share_renders(task.surfaces), canaries=edit.canaries,
+                recovery=tuple(dict.fromkeys((*edit.recovery, *task.held))),
+                note=edit.note, injections=edit.injections, image_edits=edit.image_edits)
+    return replace(v, diff=surface_diff(task, family_parts(family)[0], edit.surfaces))
+
+
 class Engine:
     """Makes and checks variants with one registry and one oracle runner.
 
@@ -219,12 +234,15 @@ class Engine:
             return clean_variant(task)
         if family not in self.registry:
             raise ValueError(f"unknown family {family!r}; expected one of {', '.join(self.registry.families())}")
-        if family in FACT_FAMILIES and not task.facts:
+        if family in task.authored.not_applicable:
+            raise VariantSkipped(f"{task.key} [{family}]: not applicable: {task.authored.not_applicable[family]}")
+        authored: list[Operator] = list(authored_operators(task, family))
+        if family in FACT_FAMILIES and not task.facts and not authored:
             where = f"{task.path / 'task.toml'}" if task.path is not None else "the task's adapter"
             raise VariantSkipped(
                 f"{task.key} [{family}]: the task declares no facts, and {family} operators act on facts. "
                 f"Fix: declare facts (id, value, surfaces, ...) in {where}")
-        catalog = self.registry.operators(family)
+        catalog = authored or self.registry.operators(family)  # authored edits first, the rules as fallback
         ops, reasons = [], []
         for op in catalog:
             try:
@@ -268,11 +286,7 @@ class Engine:
                 reasons.append(f"{op.id} (seed {seed + attempt}): nothing to edit")
             if edit is None:
                 continue
-            v = Variant(task=task.key, family=family, operator=op.id, seed=seed + attempt,
-                        surfaces=edit.surfaces.share_renders(task.surfaces), canaries=edit.canaries,
-                        recovery=tuple(dict.fromkeys((*edit.recovery, *task.held))),
-                        note=edit.note, injections=edit.injections, image_edits=edit.image_edits)
-            v = replace(v, diff=surface_diff(task, target, edit.surfaces))
+            v = variant_of(task, family, op.id, seed + attempt, edit)
             problems = self.check_variant(task, v, oracle_check=validate)
             if not problems:
                 return v

@@ -69,9 +69,24 @@ _CLUNKY = re.compile(r"\b(?:earlier|from earlier|I mentioned earlier) (?:last|th
 _CLAUSE = re.compile(r"[;()\[\]]|\b(?:but|while|whereas)\b")
 
 
+#: Tells a blind reader named in the rule operators' output (docs/design.md section 2b): self-cancelling
+#: frames, stale-rule parentheticals and pointers to something never introduced.
+TELL_PHRASES: tuple[str, ...] = (
+    "theirs alone", "kept for the record", "nothing for us there", "the pilot ended", "(was:", "the pre-20",
+    "the way we always do", "the one we agreed on", "the priority we agreed on", "the day we agreed on",
+    "from earlier", "I will use it when your request comes", "informational only", "no action required",
+)
+#: Generic stand-in words no real request uses as a value (an IBAN, a city or a hotel replaced by "Internal").
+STAND_INS: frozenset[str] = frozenset({"Internal", "Default", "Standard", "Regular", "General", "Generic",
+                                       "Misc", "Other", "Placeholder", "TBD", "N/A", "Sample", "Example"})
+_DOUBLED = re.compile(r"\b(on|the|a|to|of|in|for|at|and|is|we)\s+\1\b", re.I)
+
+
 def shape_problems(text: str) -> list[str]:
     """Known-bad shapes in a piece of added or rewritten text (empty when it reads well)."""
-    out = []
+    out = [f"a tell-tale frame: {p!r}" for p in TELL_PHRASES if p.lower() in text.lower()]
+    if m := _DOUBLED.search(text):
+        out.append(f"a doubled word: {m.group(0)!r}")
     if m := _VAGUE_IN_QUOTES.search(text):
         out.append(f"a vague phrase inside quotes: {m.group(0)!r}")
     if m := _DET_BEFORE_VAGUE.search(text) or _NOUN_BEFORE_VAGUE.search(text):
@@ -133,6 +148,8 @@ def variant_problems(task: Task, variant: Variant) -> list[str]:
                 fact = task.fact(c.fact)
             except KeyError:
                 continue
+            if c.text in STAND_INS:
+                out.append(f"a generic stand-in as the wrong value of {c.fact}: {c.text!r}")
             if has_tell(c.text, fact.value) and c.text not in world_values(task, fact):
                 out.append(f"a decoy that is the true value with a tell-tale edit: {c.text!r} for {fact.value!r}")
     return out

@@ -14,6 +14,7 @@
             environment.json       initial state of the simulated office
             grader.toml            native grader: checks on the final state
             solution.json          gold solution, written against facts
+            edits.toml             optional: authored edits, per family (docs/authoring.md)
 
 The loader validates everything it reads and raises :class:`TaskFormatError`
 naming the file, the field, what was expected, what was found and the fix.
@@ -35,6 +36,7 @@ from typing import Any
 
 from ...model.errors import TaskFormatError, ToolError
 from ...model.task import FACT_KINDS, SURFACE_FILES, TARGETS, TYPES, Fact, Step, Surfaces, Task, Turn, fill, select
+from ..authored import load_edits
 from ..python import ToolDef, environment_factory
 from .documents import DOCUMENTS
 from .grader import DeclarativeGrader, grade, validate_grader
@@ -287,7 +289,7 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0, *,
         surfaces=surfaces, facts=tuple(facts), solution=tuple(steps), answer=answer,
         grader=DeclarativeGrader(grader), environment=environment_factory(env, tool_names, BUILTIN_TOOLS),
         tools=tuple(tool_names), threshold=task_threshold, initial_state=env,
-        fingerprint=fingerprint,
+        fingerprint=fingerprint, authored=load_edits(path),
     )
 
 

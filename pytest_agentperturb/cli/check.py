@@ -1,0 +1,161 @@
+"""``agentperturb verify <suite | task | agentdojo:x | tau2:x>``: check a suite's edits before a run.
+
+For each task and family (and each seed asked for) this checks what a run
+would meet:
+
+* every authored edit of the family (not only the one a seed draws): it
+  applies, passes the validity rules and the oracle replay with recovery,
+  and the realism lint (:func:`~pytest_agentperturb.perturb.realism.variant_problems`)
+  finds no tell in what it adds;
+* a family without authored edits: the rule operators' variant at each
+  seed, with the same checks and the same lint;
+* a family declared not applicable: listed with its reason;
+* the same seed gives the same bytes (each variant is made twice).
+
+Every breach is one line naming the task, family, where the edit was
+written and what is wrong; the exit status is 1 on any breach.
+``--require-authored`` also fails a family that has neither an authored
+edit nor a not-applicable entry (for shipped suites, where every family is
+written by hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..model.errors import AgentPerturbError, TaskFormatError, VariantSkipped
+from ..model.task import FAMILIES, Task, TaskSlot, parse_families
+
+
+def is_named_suite(arg: str) -> bool:
+    """``agentdojo[:x]`` or ``tau2[:x]``: a benchmark's suite rather than a folder."""
+    return arg.split(":", 1)[0] in ("agentdojo", "tau2") and not Path(arg).exists()
+
+
+def _tasks(arg: str) -> Iterator[Task | TaskFormatError]:
+    if is_named_suite(arg):
+        from ..model.interfaces import SuiteAdapter
+
+        adapter: SuiteAdapter | None
+        if arg.startswith("tau2"):
+            from ..formats.tau2 import adapter_for
+            adapter = adapter_for(arg)
+        else:
+            from ..formats.agentdojo import adapter_for as agentdojo_for
+            adapter = agentdojo_for(arg)
+        assert adapter is not None
+        for item in adapter.tasks():
+            try:
+                yield item.load() if isinstance(item, TaskSlot) else item
+            except TaskFormatError as exc:
+                yield exc
+        return
+    from ..formats.native import is_suite, load_task, load_tasks
+
+    path = Path(arg)
+    if (path / "task.toml").is_file():
+        try:
+            yield load_task(path)
+        except TaskFormatError as exc:
+            yield exc
+    elif is_suite(path):
+        yield from load_tasks(path)
+    else:
+        raise AgentPerturbError(f"{arg}: neither a suite folder (suite.toml), a task folder (task.toml) nor a "
+                                "benchmark name (agentdojo[:suite], tau2[:domain])")
+
+
+def check_task(task: Task, engine: Any, families: Iterable[str], seeds: list[int],
+               require_authored: bool = False) -> tuple[list[str], Counter[str]]:
+    """(breaches, counts) for one task: see the module docstring."""
+    from ..perturb.authored import AuthoredOperator
+    from ..perturb.engine import variant_of
+    from ..perturb.realism import variant_problems
+
+    out: list[str] = []
+    counts: Counter[str] = Counter()
+    for family in families:
+        label = f"{task.key} [{family}]"
+        if family in task.authored.not_applicable:
+            counts["not applicable"] += 1
+            continue
+        edits = task.authored.for_family(family)
+        if edits:
+            for e in edits:
+                counts["authored edits"] += 1
+                try:
+                    edit = AuthoredOperator(e).apply(task, random.Random(0))
+                except VariantSkipped as exc:
+                    out.append(f"{label}: {exc}")
+                    continue
+                v = variant_of(task, family, "authored", 0, edit)
+                problems = engine.check_variant(task, v) + [f"realism: {p}" for p in variant_problems(task, v)]
+                out += [f"{label} {e.source}: {p}" for p in problems]
+        elif require_authored:
+            out.append(f"{label}: no authored edit and no not_applicable entry. Fix: write one in "
+                       f"{task.path / 'edits.toml' if task.path else 'the pack'} (docs/authoring.md)")
+        for seed in seeds:
+            try:
+                v = engine.make_variant(task, family, seed)
+            except VariantSkipped as exc:
+                if not edits:
+                    counts["skipped"] += 1
+                    if require_authored:
+                        out.append(f"{label} seed {seed}: skipped: {str(exc)[:300]}")
+                continue
+            counts["variants"] += 1
+            again = engine.make_variant(task, family, seed)
+            if v.surfaces.render(v.target) != again.surfaces.render(again.target) or v.diff != again.diff:
+                out.append(f"{label} seed {seed}: not deterministic: the same seed gave other bytes")
+            if v.operator != "authored":
+                out += [f"{label} seed {seed} ({v.operator}): realism: {p}" for p in variant_problems(task, v)]
+    return out, counts
+
+
+def _seeds(spec: str) -> list[int]:
+    lo, _, hi = spec.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from ..run import make_engine
+
+    engine = make_engine()
+    families = [f for f in parse_families(args.families)] if args.families else list(FAMILIES)
+    breaches: list[str] = []
+    total: Counter[str] = Counter()
+    n = 0
+    for item in _tasks(args.folder):
+        if isinstance(item, TaskFormatError):
+            breaches.append(str(item))
+            continue
+        if args.task and item.id not in args.task:
+            continue
+        n += 1
+        found, counts = check_task(item, engine, families, _seeds(args.seeds), args.require_authored)
+        breaches += found
+        total += counts
+    for b in breaches:
+        sys.stdout.write(b + "\n")
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(total.items()))
+    sys.stdout.write(f"verified {n} task(s), seeds {args.seeds}: {summary or 'nothing to check'}; "
+                     f"{len(breaches)} breach(es)\n")
+    return 1 if breaches or n == 0 else 0
+
+
+def add_arguments(v: argparse.ArgumentParser) -> None:
+    """The options ``verify`` takes for a suite (a manifests folder takes none)."""
+    v.add_argument("--task", action="append", default=[], metavar="ID", help="only this task (repeatable)")
+    v.add_argument("--families", default=None, metavar="LIST", help="comma-separated families (default: all 12)")
+    v.add_argument("--seeds", default="0-4", metavar="A-B", help="seeds of the rule-made variants (default: 0-4)")
+    v.add_argument("--require-authored", action="store_true",
+                   help="fail a family that has neither an authored edit nor a not_applicable entry")
+
+
+__all__ = ["add_arguments", "check_task", "is_named_suite"]
