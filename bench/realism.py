@@ -11,6 +11,16 @@ It also counts variants with a known-bad shape.  The last line is
 the target is at most 0.05.
 
 Run: ``PYTHONPATH=. python bench/realism.py [--seeds 1-5] [--suite DIR ...]``
+
+The blind-read kit (docs/authoring.md) is the same script with a sub-command:
+
+* ``realism.py items --out DIR [--seed 0] [--suite DIR ...]`` writes ``DIR/items.md`` (one surface text
+  per item: a request, a policy or the earlier turns; one item per task and surface, perturbed or clean,
+  shuffled, never two versions of one text) and ``DIR/key.json`` (what each item is). Give a reader
+  only ``items.md``.
+* ``realism.py score --key DIR/key.json --verdicts FILE`` scores the reader's verdicts (one line per
+  item, ``<id> genuine`` or ``<id> edited``) against the key: the flag rate on perturbed and on clean
+  items, per suite, type and operator. Last line ``flag_gap: <perturbed rate - clean rate>``.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ def _seeds(spec: str) -> list[int]:
 
 def suite_variants(suite: Path, seeds: list[int]) -> tuple[list[tuple[Task, Variant]], int]:
     """Every (task, variant) of a suite for the given seeds, and how many were skipped."""
-    engine = make_engine()
+    engine = make_engine(authored=False)  # the rule operators' frames (authored edits are read blind instead)
     out, skipped = [], 0
     for task in load_tasks(suite):
         if not isinstance(task, Task):
@@ -52,7 +62,108 @@ def suite_variants(suite: Path, seeds: list[int]) -> tuple[list[tuple[Task, Vari
     return out, skipped
 
 
+def write_items(out: Path, suites: list[Path], seed: int, perturbed_share: float = 2 / 3) -> tuple[int, int]:
+    """The items file and the key (see the module docstring); returns (perturbed, clean) counts."""
+    import json
+    import random
+
+    engine = make_engine()
+    rng = random.Random(f"blind-read|{seed}")
+    items: list[dict[str, str]] = []
+    for suite in suites:
+        for task in load_tasks(suite):
+            if not isinstance(task, Task):
+                continue
+            for target in ("user", "procedure", "context"):
+                entry = {"suite": suite.name, "task": task.id, "surface": target}
+                variant = None
+                if rng.random() < perturbed_share:
+                    typ = rng.choice(("missing", "redundant", "incorrect"))
+                    try:
+                        variant = engine.make_variant(task, f"{target}-{typ}", seed)
+                    except VariantSkipped:
+                        variant = None
+                surfaces = variant.surfaces if variant is not None else task.surfaces
+                if target == "context":
+                    text = "\n".join(f"{t.role}: {t.content}" for t in surfaces.context)
+                else:
+                    text = surfaces.render(target)
+                if not text.strip():
+                    continue
+                entry.update(text=text, kind="perturbed" if variant else "clean",
+                             family=variant.family if variant else "clean",
+                             operator=variant.operator if variant else "none")
+                items.append(entry)
+    rng.shuffle(items)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Items", "", "Each item is one text an assistant was given: a request, a policy, or earlier "
+             "conversation turns. For each item on its own, say whether a careful reader would take it as "
+             "genuine input or as edited by someone (answer one line per item: `<id> genuine` or `<id> edited`, "
+             "with a short reason).", ""]
+    key = {}
+    for i, it in enumerate(items):
+        iid = f"i{i:03d}"
+        lines += [f"## {iid} ({it['surface'].replace('user', 'request').replace('procedure', 'policy')})", "",
+                  "```", it["text"].strip(), "```", ""]
+        key[iid] = {k: v for k, v in it.items() if k != "text"}
+    (out / "items.md").write_text("\n".join(lines), encoding="utf-8")
+    (out / "key.json").write_text(json.dumps(key, indent=1, sort_keys=True), encoding="utf-8")
+    n_pert = sum(1 for k in key.values() if k["kind"] == "perturbed")
+    return n_pert, len(key) - n_pert
+
+
+def score(key_path: Path, verdicts_path: Path) -> list[str]:
+    """The report lines of a blind read (see the module docstring)."""
+    import json
+    import re
+    from collections import defaultdict
+
+    key = json.loads(key_path.read_text(encoding="utf-8"))
+    verdicts = {}
+    for line in verdicts_path.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\s*[-*]?\s*`?(i\d{3})`?\W+(genuine|edited)\b", line, re.I)
+        if m:
+            verdicts[m.group(1)] = m.group(2).lower() == "edited"
+    missing = sorted(set(key) - set(verdicts))
+    groups: dict[str, list[bool]] = defaultdict(list)
+    for iid, k in key.items():
+        if iid not in verdicts:
+            continue
+        flag = verdicts[iid]
+        groups[k["kind"]].append(flag)
+        groups[f"{k['kind']} suite {k['suite']}"].append(flag)
+        if k["kind"] == "perturbed":
+            groups[f"type {k['family'].split('-')[1]}"].append(flag)
+            groups[f"operator {k['operator']}"].append(flag)
+    rate = {g: (sum(v) / len(v) if v else float("nan")) for g, v in groups.items()}
+    out = [f"{g:40} {sum(v):3d}/{len(v):<3d} {rate[g]:.3f}" for g, v in sorted(groups.items())]
+    if missing:
+        out.append(f"no verdict for {len(missing)} item(s): {', '.join(missing[:10])}")
+    gap = rate.get("perturbed", float("nan")) - rate.get("clean", float("nan"))
+    out.append(f"flag_gap: {gap:.3f}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["items"]:
+        p = argparse.ArgumentParser(prog="realism.py items")
+        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--suite", action="append", type=Path)
+        a = p.parse_args(argv[1:])
+        suites = a.suite or sorted(q for q in shipped("suites").iterdir() if is_suite(q))
+        n_pert, n_clean = write_items(a.out, suites, a.seed)
+        sys.stdout.write(f"wrote {a.out / 'items.md'} and {a.out / 'key.json'}\n")
+        sys.stdout.write(f"items: {n_pert} perturbed, {n_clean} clean\n")
+        return 0
+    if argv[:1] == ["score"]:
+        p = argparse.ArgumentParser(prog="realism.py score")
+        p.add_argument("--key", type=Path, required=True)
+        p.add_argument("--verdicts", type=Path, required=True)
+        a = p.parse_args(argv[1:])
+        sys.stdout.write("\n".join(score(a.key, a.verdicts)) + "\n")
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1-5", help="seed range, e.g. 1-5 (default)")
     parser.add_argument("--suite", action="append", type=Path, help="suite folder (default: every built-in one)")

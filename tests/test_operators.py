@@ -17,6 +17,7 @@ from pytest_agentperturb.agents.reference import CarefulAgent, LiteralAgent, Ora
 from pytest_agentperturb.model.errors import VariantSkipped
 from pytest_agentperturb.perturb import Edit, Engine, Registry
 from pytest_agentperturb.perturb.procedure_ops import inverted
+from pytest_agentperturb.model.authored import Authored
 from pytest_agentperturb.model.records import Canary
 from pytest_agentperturb.run.episode import recovery_turns, run_episode_sync
 from pytest_agentperturb.formats.native import load_task
@@ -30,7 +31,9 @@ make_variant, check_variant, operators = ENGINE.make_variant, ENGINE.check_varia
 
 
 def task(name: str) -> Task:
-    return load_task(ROOT / name, "workflows")
+    """A built-in task without its authored edits: these tests are about the rule operators (test_authored.py
+    tests the authored edits)."""
+    return replace(load_task(ROOT / name, "workflows"), authored=Authored())
 
 
 def first_variant(t: Task, family: str, operator: str, seeds: range = range(200)) -> tuple[int, object]:
@@ -257,6 +260,7 @@ def test_task_without_facts_names_the_task_and_the_fix(suite_copy: Path) -> None
     toml = suite_copy / "book-offsite" / "task.toml"
     head = toml.read_text().split("[[facts]]")[0]
     toml.write_text(head.replace("tools = [", "facts = []\ntools = ["))
+    (suite_copy / "book-offsite" / "edits.toml").unlink()  # the authored edits are written against the facts
     t = load_task(suite_copy / "book-offsite", "workflows")
     with pytest.raises(VariantSkipped, match=r"workflows/book-offsite \[user-missing\]: the task declares no "
                                              r"facts.*Fix: declare facts.*task.toml"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import types
+from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from pytest_agentperturb import Operator, Registry, VariantSkipped
 from pytest_agentperturb.formats.native import load_tasks
+from pytest_agentperturb.model.authored import Authored
 from pytest_agentperturb.run import make_engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +55,7 @@ def test_the_engine_makes_valid_variants_with_the_example(family: str, suite_pat
     engine = make_engine(Registry(readme_operators()))
     made, skipped = [], []
     for task in load_tasks(suite_path):
+        task = replace(task, authored=Authored())  # alone in their families: without the tasks' authored edits
         try:
             v = engine.make_variant(task, family, 0)
         except VariantSkipped as exc:
@@ -71,6 +74,8 @@ def test_the_engine_makes_valid_variants_with_the_example(family: str, suite_pat
 
 def test_the_example_runs_as_a_conftest(pytester: pytest.Pytester, suite_path: Path) -> None:
     shutil.copytree(suite_path, pytester.path / "suites" / "workflows")
+    for edits in (pytester.path / "suites" / "workflows").glob("*/edits.toml"):
+        edits.unlink()  # a user's own tasks: no authored edits, so the registered rule operators apply
     pytester.makeconftest(readme_conftest())
     result = pytester.runpytest_subprocess("--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-q",
                                            "--agentperturb-families", "user-missing,user-redundant",

@@ -22,7 +22,7 @@ from pytest_agentperturb.perturb.world import gold_text, world_of
 from pytest_agentperturb.run import make_engine
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
-ENGINE = make_engine()
+ENGINE = make_engine(authored=False)  # these tests are about the rule operators
 ALL = (*FAMILIES, *INSERTED)
 SEEDS = range(1, 6)  # what a reader checks: `agentperturb generate suites/workflows` for seeds 1-5
 

@@ -51,7 +51,7 @@ def test_variant_folders_keep_grader_files_and_record_everything(generated: Path
         assert (folder / name).read_bytes() == (clean / name).read_bytes()
     assert (folder / "task.toml").read_bytes() == (clean / "task.toml").read_bytes()
     assert m["family"] == "user-missing" and m["edited_file"] == "instruction.md"
-    assert m["operator"] in {"drop_fact_sentence", "vague_reference"} and m["requested_seed"] == 7
+    assert m["operator"] == "authored" and m["requested_seed"] == 7
     assert m["diff"].startswith("--- a/workflows/escalate-outage/instruction.md")
     assert m["canaries"] and m["recovery"] and not Path(m["clean_task"]).is_absolute()
     assert (folder / "instruction.md").read_bytes() != (clean / "instruction.md").read_bytes()
@@ -140,6 +140,7 @@ def test_a_task_without_facts_is_skipped_and_the_rest_is_written(suite_copy: Pat
     sol.write_text(json.dumps(fill(json.loads(sol.read_text()), clean.fact_values())))
     toml = suite_copy / "book-offsite" / "task.toml"
     toml.write_text(toml.read_text().split("[[facts]]")[0].replace("tools = [", "facts = []\ntools = ["))
+    (suite_copy / "book-offsite" / "edits.toml").unlink()  # the authored edits are written against the facts
     (suite_copy / "triage-ticket" / "grader.toml").write_text("[[check]]\npath = 3\n")
     out = tmp_path / "v"
     assert main(["generate", str(suite_copy), "--out", str(out), "--families", "user-missing,tool-missing"]) == 1

@@ -465,8 +465,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from . import check
 
     folder = Path(args.folder)
-    if check.is_named_suite(args.folder) or (folder / "task.toml").is_file() or is_suite(folder):
-        return check._cmd_check(args)
+    if check.is_named_suite(args.folder) or (((folder / "task.toml").is_file() or is_suite(folder))
+                                             and next(iter(manifests(folder)), None) is None):
+        return check._cmd_check(args)  # a suite or a task: its authored edits and variants
     if not folder.is_dir():
         raise AgentPerturbError(f"{folder}: no such folder; fix: pass the --out folder of 'agentperturb generate'")
     from ..run import make_engine

@@ -27,6 +27,11 @@ from . import bank
 from .phrasing import with_value
 from .world import ID, World, clean_text, decoy_class, fact_noun, gold_text, name_from_address, world_of
 
+#: Generic stand-in words no real request uses as a value (an IBAN, a city or a hotel replaced by "Internal"):
+#: never drawn as a decoy, and named by the realism lint.
+STAND_INS: frozenset[str] = frozenset({"Internal", "Default", "Standard", "Regular", "General", "Generic",
+                                       "Misc", "Other", "Placeholder", "TBD", "N/A", "Sample", "Example"})
+
 #: Tokens that mark a value as an edited copy of the true one (see ``banks/phrasing.toml``).
 TELLS: frozenset[str] = frozenset(bank.words("phrasing", "tells", "tokens"))
 
@@ -195,13 +200,13 @@ def fresh_decoys(task: Task, fact: Fact, rng: random.Random, world: World | None
     only when it is fresh, fits the fact's format and carries no tell.
     """
     gold, seen = gold_text(task), clean_text(task)
-    values = [x for x in world_values(task, fact, world) if x not in gold]
+    values = [x for x in world_values(task, fact, world) if x not in gold and x not in STAND_INS]
     values.sort(key=lambda x: x in seen)  # stable: unseen first, world order kept
     if values:
         return values
     for _ in range(10):
         d = fallback_value(task, fact, rng)
-        if d and d not in seen and fits(task, fact, d) and not has_tell(d, fact.value):
+        if d and d not in seen and d not in STAND_INS and fits(task, fact, d) and not has_tell(d, fact.value):
             return [d]
     return []
 

@@ -182,9 +182,10 @@ class Engine:
     by its digest) and kept for this engine's lifetime.
     """
 
-    def __init__(self, registry: Registry, oracle: OracleRunner | None = None) -> None:
+    def __init__(self, registry: Registry, oracle: OracleRunner | None = None, *, authored: bool = True) -> None:
         self.registry = registry
         self.oracle = oracle
+        self.authored = authored  # False: the rule operators only, a task's authored edits ignored
         self._clean_gold: dict[str, Trajectory] = {}
 
     def check_variant(self, task: Task, variant: Variant, oracle_check: bool = True) -> list[str]:
@@ -234,9 +235,9 @@ class Engine:
             return clean_variant(task)
         if family not in self.registry:
             raise ValueError(f"unknown family {family!r}; expected one of {', '.join(self.registry.families())}")
-        if family in task.authored.not_applicable:
+        if self.authored and family in task.authored.not_applicable:
             raise VariantSkipped(f"{task.key} [{family}]: not applicable: {task.authored.not_applicable[family]}")
-        authored: list[Operator] = list(authored_operators(task, family))
+        authored: list[Operator] = list(authored_operators(task, family)) if self.authored else []
         if family in FACT_FAMILIES and not task.facts and not authored:
             where = f"{task.path / 'task.toml'}" if task.path is not None else "the task's adapter"
             raise VariantSkipped(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..model.records import Variant
 from ..model.task import TARGETS, Surfaces, Task, sentences
-from .decoys import has_tell, world_values
+from .decoys import STAND_INS, has_tell, world_values
 from .phrasing import SLOT_NOUNS, negations
 from .world import EMAIL, ID
 
@@ -76,9 +76,6 @@ TELL_PHRASES: tuple[str, ...] = (
     "the way we always do", "the one we agreed on", "the priority we agreed on", "the day we agreed on",
     "from earlier", "I will use it when your request comes", "informational only", "no action required",
 )
-#: Generic stand-in words no real request uses as a value (an IBAN, a city or a hotel replaced by "Internal").
-STAND_INS: frozenset[str] = frozenset({"Internal", "Default", "Standard", "Regular", "General", "Generic",
-                                       "Misc", "Other", "Placeholder", "TBD", "N/A", "Sample", "Example"})
 _DOUBLED = re.compile(r"\b(on|the|a|to|of|in|for|at|and|is|we)\s+\1\b", re.I)
 
 

@@ -228,8 +228,11 @@ def oracle_runner() -> Any:
     return run
 
 
-def make_engine(registry: Registry | None = None) -> Engine:
-    """An engine with the built-in operators (or ``registry``) and the reference oracle."""
+def make_engine(registry: Registry | None = None, *, authored: bool = True) -> Engine:
+    """An engine with the built-in operators (or ``registry``) and the reference oracle.
+
+    ``authored=False`` ignores the tasks' authored edits: the rule operators only.
+    """
     from ..perturb import builtin_registry
 
-    return Engine(registry if registry is not None else builtin_registry(), oracle_runner())
+    return Engine(registry if registry is not None else builtin_registry(), oracle_runner(), authored=authored)
