@@ -81,10 +81,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..model.authored import Authored
 from ..model.errors import OptionError, TaskFormatError, ToolError, VariantSkipped
 from ..model.protocols import GradeResult, Observation
 from ..model.records import Canary, Injection, Variant
 from ..model.interfaces import Edit
+from .authored import load_pack
 from ..model.task import Surfaces, Task, TaskSlot
 from .benchmark import BenchmarkAdapter
 from .derived_facts import Derived, derive_facts
@@ -467,10 +469,19 @@ class SuiteData:
             suite=self.key, id=task_id, title=f"AgentDojo {BENCHMARK} {self.name}/{ut.ID}", surfaces=surfaces,
             facts=got.facts, solution=got.steps, answer=ut.GROUND_TRUTH_OUTPUT, grader=UtilityGrader(self, ut),
             environment=make, tools=self.tool_names, notes=self._notes(ut, got), compliance=SecurityCheck(self),
+            authored=self.authored(task_id),
             fingerprint={"agentdojo": f"{REQUIREMENT} {BENCHMARK} {self.name}/{ut.ID}".encode(),
                          "ground_truth": json.dumps(calls, sort_keys=True, default=str).encode(),
                          "answer": ut.GROUND_TRUTH_OUTPUT.encode()},
         )
+
+    def authored(self, task_id: str) -> Authored:
+        """The task's authored edits from the suite's pack (``agentdojo_edits/<suite>.toml``), read once."""
+        if "_pack" not in self.__dict__:
+            path = Path(__file__).parent / "agentdojo_edits" / f"{self.name}.toml"
+            self.__dict__["_pack"] = load_pack(path) if path.is_file() else {}
+        pack: dict[str, Authored] = self.__dict__["_pack"]
+        return pack.get(task_id) or pack.get("*") or Authored()
 
     def _notes(self, ut: Any, got: Derived) -> tuple[str, ...]:
         notes = []
