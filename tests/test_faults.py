@@ -53,3 +53,37 @@ def test_report_path_a_folder_is_one_line(pytester: pytest.Pytester, suite: Path
     result = pytester.runpytest(*ARGS, "--agentperturb-report=rep.html")
     out = result.stdout.str()
     assert "report: NOT written" in out and "Traceback" not in out and "INTERNALERROR" not in out
+
+
+AGENT = '''
+import time
+def exits(ctx):
+    raise SystemExit(3)
+def interrupts(ctx):
+    raise KeyboardInterrupt
+async def exits_async(ctx):
+    raise SystemExit(4)
+def blocks(ctx):
+    while True:
+        time.sleep(0.05)
+'''
+
+
+@pytest.mark.parametrize("name", ["exits", "interrupts", "exits_async"])
+def test_agent_raising_systemexit_is_a_stored_error(pytester: pytest.Pytester, suite: Path, name: str) -> None:
+    pytester.makepyfile(myagent=AGENT)
+    result = pytester.runpytest_subprocess(*ARGS[:-2], "--agentperturb-agent", f"myagent.py:{name}",
+                                           "-p", "no:cacheprovider", timeout=120)
+    out = result.stdout.str()
+    assert "errors: 1" in out and "store:" in out, out
+    with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
+        (error, traj), = conn.execute("SELECT error, trajectory FROM episodes WHERE error != ''").fetchall()
+    assert error.startswith(("SystemExit", "KeyboardInterrupt")) and "the agent raised" in traj
+
+
+def test_blocking_agent_past_its_timeout_lets_pytest_exit(pytester: pytest.Pytester, suite: Path) -> None:
+    pytester.makepyfile(myagent=AGENT)
+    result = pytester.runpytest_subprocess(*ARGS[:-2], "--agentperturb-agent", "myagent.py:blocks",
+                                           "--agentperturb-episode-timeout", "1", "-p", "no:cacheprovider",
+                                           timeout=90)
+    assert "EpisodeTimeout" in result.stdout.str() or "errors: 1" in result.stdout.str()
