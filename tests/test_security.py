@@ -118,7 +118,7 @@ def test_every_user_and_model_string_is_inert_in_both_html_outputs(pytester: pyt
     assert drill.parent.name == "evil" and re.fullmatch(r"x-img-src-x-onerror-alert-1--[0-9a-f]{10}\.html", drill.name)
     text = drill.read_text(encoding="utf-8")
     assert html.escape(PAYLOADS[1]) in text and html.escape(PAYLOADS[0]) in text  # the agent's strings, as text
-    assert text.count(" id='ep-") == 8 and text.count("<ol class=traj>") == 4  # both agents' episodes, once each
+    assert text.count(" id='ep-") == 8 and text.count("<ol class=traj>") == 8  # both agents' episodes, once each (the broken one's: its traceback)
     assert text.count("error (not an agent failure)") == 4   # the broken agent's: an error, no trajectory
     for p in pages:
         if p.is_file():

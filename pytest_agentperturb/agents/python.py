@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,33 @@ class PythonAgent:
         if inspect.iscoroutinefunction(fn):
             out = await fn(ctx)
         else:
-            out = await asyncio.to_thread(fn, ctx)
+            out = await _in_daemon_thread(fn, ctx)
             if inspect.isawaitable(out):
                 out = await out
         if isinstance(out, str) and not ctx.finished:
             ctx.finish(out)
+
+
+async def _in_daemon_thread(fn: Callable[[EpisodeContext], Any], ctx: EpisodeContext) -> Any:
+    """``fn(ctx)`` in a daemon thread of its own: one that outlives the episode's timeout never keeps the process
+    alive (it is abandoned; its next call on ``ctx`` raises), and whatever it raises reaches the episode."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def run() -> None:
+        try:
+            out = fn(ctx)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
+            loop.call_soon_threadsafe(settle, False, exc)
+        else:
+            loop.call_soon_threadsafe(settle, True, out)
+
+    threading.Thread(target=run, name="agentperturb-blocking-agent", daemon=True).start()
+    return await fut
 
 
 def as_agent(obj: Any, name: str | None = None) -> Agent:

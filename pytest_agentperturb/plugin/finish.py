@@ -80,6 +80,7 @@ class Finish:
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
+        self.report_error: str | None = None  # why the report could not be written
 
     def resolve_baseline(self) -> None:
         """Find the ``--agentperturb-baseline`` run before anything runs (a bad name is a usage error)."""
@@ -116,8 +117,15 @@ class Finish:
         self.verdict = evaluate(self.thresholds, self.analysis)
         if t.results.episodes:  # never replace the last report by an empty one
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(t.invalid.items())]
-            report.write_report(self.settings.report, self.analysis, self.verdict, settings=self.settings,
-                                skipped=t.skipped, extra_sections=sections, n_rows=len(table), notes=notes)
+            from ..model.errors import AgentPerturbError
+
+            try:
+                report.write_report(self.settings.report, self.analysis, self.verdict, settings=self.settings,
+                                    skipped=t.skipped, extra_sections=sections, n_rows=len(table), notes=notes)
+            except (AgentPerturbError, OSError) as exc:  # one clear line; the summary and the gate still run
+                self.report_error = str(exc)
+                if session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -165,7 +173,9 @@ class Finish:
         for line in (self.verdict.lines() if self.verdict is not None else []):
             tr.write_line(line, red=self.verdict is not None and self.verdict.failed
                           and ("breached" in line or "not evaluated" in line))
-        if res.episodes:
+        if self.report_error is not None:
+            tr.write_line(f"report: NOT written: {self.report_error}", red=True)
+        elif res.episodes:
             tr.write_line(f"report: {self.settings.report}")
         elif not self.config.option.collectonly:
             tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")

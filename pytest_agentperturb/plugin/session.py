@@ -90,6 +90,13 @@ class AgentPerturbSession:
 
     # -- lifecycle ------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        store, report = self.settings.store, self.settings.report
+        from ..report.pages import pages_folder
+
+        if store.resolve() in (report.resolve(), pages_folder(report).resolve()):
+            raise pytest.UsageError(f"--agentperturb-report {report}: the same path as the results store "
+                                    "(--agentperturb-store); the report would destroy the store; fix: give the "
+                                    "report another path, e.g. reports/agentperturb.html")
         self.registries.load_agents()
         self.registries.image_backend()  # a missing model folder or extra is reported before anything runs
         if not self.is_worker:

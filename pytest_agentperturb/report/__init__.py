@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN
 from . import sections as rs
 from .episodes import CSS, diff_html, episode_anchor, highlight, image_html, trajectory_html
@@ -158,11 +159,54 @@ def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
     return "".join(out)
 
 
+#: What the first bytes of a main page this package wrote hold (an older report included).
+_REPORT_MARK = b"<title>agentperturb report</title>"
+
+
+def _is_report(p: Path) -> bool:
+    try:
+        with p.open("rb") as f:
+            return _REPORT_MARK in f.read(1000)
+    except OSError:
+        return False
+
+
 def write(path: Path | str, html: str) -> Path:
-    """Write a rendered page to ``path`` (parents created)."""
+    """Write a rendered page to ``path`` (parents created): atomically, never through a link or over a foreign file.
+
+    The page goes to a temporary file in the same folder, then replaces
+    ``path`` by a rename, so a failed write leaves the old file whole.
+
+    Raises:
+        AgentPerturbError: ``path`` is a link, a folder or another kind of
+            file, or an existing file that is not a report of this package
+            (a results store, a user's file): it is never replaced.
+    """
+    import os
+    import tempfile
+
     p = Path(path)
+    fix = "fix: move it away or write the report elsewhere (--agentperturb-report / --out)"
+    if p.is_symlink():
+        raise AgentPerturbError(f"{p}: the report path is a symbolic link; the report is never written through "
+                                f"a link; {fix}")
+    if p.exists() and not p.is_file():
+        raise AgentPerturbError(f"{p}: the report path is a folder or not a regular file; {fix}")
+    if p.exists() and not _is_report(p):
+        raise AgentPerturbError(f"{p}: the report path holds a file that is not an agentperturb report (a results "
+                                f"store, or someone's file); it is never overwritten; {fix}")
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(html, encoding="utf-8")
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(html)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return p
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import traceback
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
@@ -27,7 +28,7 @@ from ..model.interfaces import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
 from ..model.task import Task
-from ..model.trajectory import ASSISTANT, GRADER, Entry, actions_text, blocked_replies
+from ..model.trajectory import ASSISTANT, GRADER, Entry, actions_text, blocked_replies, harness_note
 from ..model.trajectory import recovery_turns as recovery_turns  # re-exported
 from ..perturb.engine import Engine, OracleResult, Registry
 from ..simulator.keyword import default_simulator
@@ -133,8 +134,12 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
                 await agent.run(ctx)
     except TimeoutError:
         rec.error = f"EpisodeTimeout: no answer within {timeout_s:g} s"
-    except Exception as exc:  # harness or provider failure: an ERROR, never a FAIL
+    except asyncio.CancelledError:
+        raise   # the loop shutting down: not the episode's outcome
+    except BaseException as exc:  # noqa: BLE001 - whatever agent code raises (SystemExit, KeyboardInterrupt too)
         rec.error = f"{type(exc).__name__}: {exc}"[:500]
+        ctx.trajectory.append(harness_note("the agent raised:\n" + "".join(
+            traceback.format_exception(exc))[-8000:]))
     finally:
         ctx.cancelled = True  # a blocking agent still running in its thread stops at its next call
     if ctx.simulator_error and not rec.error:  # even when the agent caught it: the user failed, not the agent

@@ -1,0 +1,89 @@
+"""Faults and hostile paths: the report never destroys the store, never writes through a link or over a foreign file."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+ARGS = ("--agentperturb", "suites/workflows", "--agentperturb-families", "clean", "-k", "book-offsite",
+        "--agentperturb-model", "reference/literal", "-p", "no:cacheprovider")
+
+
+def test_report_path_equal_to_the_store_is_a_usage_error(pytester: pytest.Pytester, suite: Path) -> None:
+    first = pytester.runpytest(*ARGS, "--agentperturb-store=st.sqlite")
+    assert first.ret == 0, first.stdout.str()
+    result = pytester.runpytest(*ARGS, "--agentperturb-store=st.sqlite", "--agentperturb-report=st.sqlite")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "the same path as the results store" in result.stderr.str()
+    with sqlite3.connect(pytester.path / "st.sqlite") as conn:   # still the store, its runs kept
+        assert conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0] >= 1
+
+
+def test_report_never_written_through_a_link(pytester: pytest.Pytester, suite: Path) -> None:
+    mine = pytester.path / "mine.txt"
+    mine.write_text("my notes\n")
+    (pytester.path / "out").mkdir()
+    os.symlink(mine, pytester.path / "out" / "rep.html")
+    result = pytester.runpytest(*ARGS, "--agentperturb-report=out/rep.html")
+    assert mine.read_text() == "my notes\n"
+    out = result.stdout.str()
+    assert "report: NOT written" in out and "symbolic link" in out
+    assert "agentperturb" in out and "store:" in out   # the summary still printed
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_report_never_replaces_a_foreign_file(pytester: pytest.Pytester, suite: Path) -> None:
+    other = pytester.path / "notes.html"
+    other.write_text("<html>someone's page</html>")
+    result = pytester.runpytest(*ARGS, "--agentperturb-report=notes.html")
+    assert other.read_text() == "<html>someone's page</html>"
+    assert "not an agentperturb report" in result.stdout.str()
+    again = pytester.runpytest(*ARGS, "--agentperturb-report=rep.html")
+    assert again.ret == 0
+    rerun = pytester.runpytest(*ARGS, "--agentperturb-report=rep.html")   # its own report is replaced
+    assert rerun.ret == 0 and "NOT written" not in rerun.stdout.str()
+    assert not [p for p in pytester.path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_report_path_a_folder_is_one_line(pytester: pytest.Pytester, suite: Path) -> None:
+    (pytester.path / "rep.html").mkdir()
+    result = pytester.runpytest(*ARGS, "--agentperturb-report=rep.html")
+    out = result.stdout.str()
+    assert "report: NOT written" in out and "Traceback" not in out and "INTERNALERROR" not in out
+
+
+AGENT = '''
+import time
+def exits(ctx):
+    raise SystemExit(3)
+def interrupts(ctx):
+    raise KeyboardInterrupt
+async def exits_async(ctx):
+    raise SystemExit(4)
+def blocks(ctx):
+    while True:
+        time.sleep(0.05)
+'''
+
+
+@pytest.mark.parametrize("name", ["exits", "interrupts", "exits_async"])
+def test_agent_raising_systemexit_is_a_stored_error(pytester: pytest.Pytester, suite: Path, name: str) -> None:
+    pytester.makepyfile(myagent=AGENT)
+    result = pytester.runpytest_subprocess(*ARGS[:-2], "--agentperturb-agent", f"myagent.py:{name}",
+                                           "-p", "no:cacheprovider", timeout=120)
+    out = result.stdout.str()
+    assert "errors: 1" in out and "store:" in out, out
+    with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
+        (error, traj), = conn.execute("SELECT error, trajectory FROM episodes WHERE error != ''").fetchall()
+    assert error.startswith(("SystemExit", "KeyboardInterrupt")) and "the agent raised" in traj
+
+
+def test_blocking_agent_past_its_timeout_lets_pytest_exit(pytester: pytest.Pytester, suite: Path) -> None:
+    pytester.makepyfile(myagent=AGENT)
+    result = pytester.runpytest_subprocess(*ARGS[:-2], "--agentperturb-agent", "myagent.py:blocks",
+                                           "--agentperturb-episode-timeout", "1", "-p", "no:cacheprovider",
+                                           timeout=90)
+    assert "EpisodeTimeout" in result.stdout.str() or "errors: 1" in result.stdout.str()
