@@ -27,6 +27,11 @@ def _collected(result: pytest.RunResult) -> list[str]:
     return [ln for ln in result.outlines if "::" in ln and not ln.startswith(("agentperturb: ", "="))]
 
 
+def _outcomes(result: pytest.RunResult) -> dict[str, int]:
+    """The counts of pytest's last line, ``agent-failed`` included (parseoutcomes splits at the hyphen)."""
+    return {k: int(n) for n, k in re.findall(r"(\d+) ([\w-]+)", result.outlines[-1])}
+
+
 def _cases(path: Path) -> dict[str, ET.Element]:
     return {f"{c.get('classname')}::{c.get('name')}": c for c in ET.parse(path).iter("testcase")}
 
@@ -80,3 +85,50 @@ def test_gate_under_xdist_is_one_failed_case(pytester: pytest.Pytester, suite_pa
     cases = [c for c in ET.parse(pytester.path / "junit.xml").iter("testcase") if c.get("name") == "gate"]
     assert len(cases) == 1 and cases[0].find("failure") is not None
     assert "--agentperturb-max-drop breached" in (cases[0].find("failure").text or "")  # type: ignore[union-attr]
+
+
+# -- 2. agent failures are visible as what they are ------------------------------------
+def test_agent_failures_are_junit_failures_with_the_failed_checks(pytester: pytest.Pytester,
+                                                                  suite_path: Path) -> None:
+    r = run(pytester, suite_path, "--junitxml", "junit.xml")
+    assert r.ret == pytest.ExitCode.OK  # no gate: agent failures never fail the session
+    outcomes = _outcomes(r)
+    assert outcomes.get("failed", 0) == 0 and outcomes["agent-failed"] > 0
+    cases = _cases(pytester.path / "junit.xml")
+    failed = {k: c for k, c in cases.items() if c.find("failure") is not None}
+    assert len(failed) == outcomes["agent-failed"]
+    props = {k: {p.get("name"): p.get("value") for p in c.iter("property")} for k, c in cases.items()}
+    assert all(props[k]["agentperturb_verdict"] == "fail" for k in failed)
+    assert all(p["agentperturb_verdict"] == "pass" for k, p in props.items() if k not in failed)
+    text = next(iter(failed.values())).find("failure").text or ""  # type: ignore[union-attr]
+    assert "failed grader checks: " in text and "reproduce: pytest --agentperturb" in text
+    root = ET.parse(pytester.path / "junit.xml").getroot()
+    suite_el = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite_el is not None and int(suite_el.get("failures", "0")) == len(failed)
+
+
+def test_old_outcome_on_request(pytester: pytest.Pytester, suite_path: Path) -> None:
+    r = run(pytester, suite_path, "--junitxml", "junit.xml", "--agentperturb-agent-failures-pass")
+    assert r.ret == pytest.ExitCode.OK and _outcomes(r)["agent-failed"] > 0
+    assert all(c.find("failure") is None for c in _cases(pytester.path / "junit.xml").values())
+
+
+def test_agent_failures_do_not_stop_a_maxfail_run(pytester: pytest.Pytester, suite_path: Path) -> None:
+    r = run(pytester, suite_path, "-x")
+    assert r.ret == pytest.ExitCode.OK
+    assert _outcomes(r)["passed"] + _outcomes(r)["agent-failed"] == 16
+
+
+def test_pytest_html_has_an_agent_failed_category(pytester: pytest.Pytester, suite_path: Path) -> None:
+    run(pytester, suite_path, "--html", "ci.html", "--agentperturb-max-drop", "25")
+    page = (pytester.path / "ci.html").read_text(encoding="utf-8")
+    blob = json.loads(re.search(r'data-jsonblob="([^"]*)"', page).group(1)  # type: ignore[union-attr]
+                      .replace("&#34;", '"').replace("&quot;", '"').replace("&amp;", "&")
+                      .replace("&lt;", "<").replace("&gt;", ">").replace("&#39;", "'"))
+    results = {t["testId"]: t["result"] for tests in blob["tests"].values() for t in tests}
+    assert results["agentperturb::gate"] == "Failed"
+    assert results["suites/workflows::share-report::clean[reference/literal]"] == "Passed"
+    assert list(results.values()).count("Agent-failed") == 8
+    assert 'data-test-result="agent-failed"' in page
+    assert re.search(r"8 Agent failed", re.sub(r"<[^>]+>|\s+", " ", page)), "the count of the category"
+    assert re.search(r"1 Failed", re.sub(r"<[^>]+>|\s+", " ", page))

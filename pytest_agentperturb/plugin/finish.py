@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from ..run.baseline import BaselineRun
 
 
+#: Attribute of an agent-failed episode's call report, made a failed report (not counted as a pytest failure).
+AGENT_FAILED_ATTR = "agentperturb_agent_failed"
+
+
 def preload_analysis() -> threading.Thread:
     """Import what the session's analysis and report need (pandas, numpy, the analysis) in a daemon thread.
 
@@ -80,9 +84,25 @@ class Finish:
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
+        self._session: pytest.Session | None = None
         self.gate_reported = False  # the gate's item ran, or its reports were sent (collect.GateItem)
         self.gate_deselected = False
         self._page: tuple[list[tuple[str, str]], int] = ([], 0)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._session = session
+
+    @pytest.hookimpl(tryfirst=True)  # before the session counts the report (and stops at --maxfail)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """An agent-failed episode is a failed report (JUnit, pytest-html) but neither exit status 1 nor a -x stop.
+
+        The session adds one to its count of failures for every failed
+        report; taking one off first leaves it where it was.  The gate decides
+        the exit status; strict mode and ERRORs still fail the session.
+        """
+        session = self._session
+        if session is not None and report.failed and getattr(report, AGENT_FAILED_ATTR, False):
+            session.testsfailed -= 1
 
     def resolve_baseline(self) -> None:
         """Find the ``--agentperturb-baseline`` run before anything runs (a bad name is a usage error)."""
