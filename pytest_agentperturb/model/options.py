@@ -121,6 +121,10 @@ OPTIONS: tuple[Option, ...] = (
            metavar="ID", ini=None),
     Option("strict", "--agentperturb-strict", "switch", False,
            "strict mode: every compliance (the agent took the perturbation up) fails its test."),
+    Option("agent_failures_pass", "--agentperturb-agent-failures-pass", "switch", False,
+           "report agent-failed episodes as passed tests (the verdict only in the agentperturb_verdict "
+           "property) instead of failed ones (a JUnit <failure>, counted as agent-failed, exit status "
+           "unchanged)."),
     Option("image_backend", "--agentperturb-image-backend", "str", "pillow",
            "how inserted objects in images repaint a region: pillow (deterministic compositing, the default) "
            "or diffusers (inpainting from local weights; needs pip install -e '.[vision]' and "
@@ -234,6 +238,8 @@ class Settings:
     resume: bool
     run_id: str
     strict: bool = False
+    #: agent-failed episodes as passed test reports (the old outcome) instead of failed ones
+    agent_failures_pass: bool = False
     image_backend: str = "pillow"
     inpaint_model: Path | None = None
     #: episodes per (task, family, agent); each repeat has its own episode seed
@@ -342,7 +348,8 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
         models=models, agents=tuple(values["agents"]), suites=tuple(values["suites"]), families=families,
         seed=int(values["seed"]), store=rooted(values["store"]), report=rooted(values["report"]),
         resume=bool(values["resume"]), run_id=values["run_id"] or f"seed-{values['seed']}",
-        strict=bool(values["strict"]), image_backend=values["image_backend"],
+        strict=bool(values["strict"]), agent_failures_pass=bool(values["agent_failures_pass"]),
+        image_backend=values["image_backend"],
         inpaint_model=rooted(values["inpaint_model"]) if values["inpaint_model"] else None,
         repeats=int(values["repeats"]),
         variant_seed=int(values["seed"] if values["variant_seed"] is None else values["variant_seed"]),

@@ -58,8 +58,12 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """At a lone process's last item, import the analysis while its last episodes finish (xdist: at the start)."""
-    if nextitem is None and options.is_enabled(item.config) and not hasattr(item.config, "workerinput"):
+    """At a lone process's last episode, import the analysis while its last episodes finish (xdist: at the start).
+
+    The last episode is the one before the gate's item, when there is one.
+    """
+    last = nextitem is None or getattr(nextitem, "is_gate", False)
+    if last and not getattr(item, "is_gate", False) and options.is_enabled(item.config) and not hasattr(item.config, "workerinput"):
         from .finish import preload_analysis
 
         preload_analysis()

@@ -227,6 +227,59 @@ class EpisodeFailed(Exception):
     """Raised in strict mode, or for gate-level failures of one item."""
 
 
+#: Node id of the gate's item: ``pytest ... --deselect agentperturb::gate`` leaves it out on purpose.
+GATE_NODEID = "agentperturb::gate"
+
+
+class GateJudge(Protocol):
+    """What the gate's item asks (:class:`~.finish.Finish`): the verdict over the episodes run before it."""
+
+    def gate_lines(self) -> tuple[bool, list[str]]:
+        """(failed, the verdict's lines) once every episode of the session has run."""
+
+
+class GateFailed(Exception):
+    """The gate's verdict: one breach line per breached (or unevaluable) threshold."""
+
+
+def gate_failure(lines: Sequence[str]) -> str:
+    """The gate item's failure: a count of the breaches, then every line of the verdict, indented."""
+    n = sum(1 for ln in lines if "breached" in ln or "not evaluated" in ln)
+    return (f"{n} gate threshold{'s' if n != 1 else ''} breached or not evaluated\n"
+            + "\n".join(f"  {ln}" for ln in lines))
+
+
+class GateItem(pytest.Item):
+    """The gate as a test: the session's last item, collected when a threshold is set.
+
+    It is appended after ``-k`` and ``-m`` have deselected what they do, so
+    no selection leaves it out by accident (``--deselect agentperturb::gate``
+    does, on purpose); it runs after every episode and fails with the breach
+    lines, so JUnit, pytest-html and pytest's last line all carry the gate's
+    verdict.  Under xdist the controller reports it instead (no worker can
+    see every episode): :meth:`~.finish.Finish.pytest_sessionfinish`.
+    """
+
+    is_gate = True
+
+    def __init__(self, *, judge: GateJudge, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.judge = judge
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, GATE_NODEID
+
+    def runtest(self) -> None:
+        failed, lines = self.judge.gate_lines()
+        if failed:
+            raise GateFailed(gate_failure(lines))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, GateFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
 class PerturbItem(pytest.Item):
     """One episode: a task, a family (or clean), an agent and a repeat index.
 

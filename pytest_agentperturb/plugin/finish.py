@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from ..run.baseline import BaselineRun
 
 
+#: Attribute of an agent-failed episode's call report, made a failed report (not counted as a pytest failure).
+AGENT_FAILED_ATTR = "agentperturb_agent_failed"
+
+
 def preload_analysis() -> threading.Thread:
     """Import what the session's analysis and report need (pandas, numpy, the analysis) in a daemon thread.
 
@@ -81,6 +85,25 @@ class Finish:
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
         self.report_error: str | None = None  # why the report could not be written
+        self._session: pytest.Session | None = None
+        self.gate_reported = False  # the gate's item ran, or its reports were sent (collect.GateItem)
+        self.gate_deselected = False
+        self._page: tuple[list[tuple[str, str]], int] = ([], 0)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._session = session
+
+    @pytest.hookimpl(tryfirst=True)  # before the session counts the report (and stops at --maxfail)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """An agent-failed episode is a failed report (JUnit, pytest-html) but neither exit status 1 nor a -x stop.
+
+        The session adds one to its count of failures for every failed
+        report; taking one off first leaves it where it was.  The gate decides
+        the exit status; strict mode and ERRORs still fail the session.
+        """
+        session = self._session
+        if session is not None and report.failed and getattr(report, AGENT_FAILED_ATTR, False):
+            session.testsfailed -= 1
 
     def resolve_baseline(self) -> None:
         """Find the ``--agentperturb-baseline`` run before anything runs (a bad name is a usage error)."""
@@ -94,10 +117,35 @@ class Finish:
         except AgentPerturbError as exc:
             raise pytest.UsageError(str(exc)) from None
 
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    # -- the gate as a test item (collect.GateItem) ---------------------------
+    @pytest.hookimpl(trylast=True)  # after -k, -m and --deselect: no selection leaves the gate out by accident
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        """Append the gate's item when a threshold is set (on an xdist worker: never; the controller reports it)."""
+        from .collect import GATE_NODEID, GateItem
+
+        if self.is_worker or not self.thresholds.configured:
+            return
+        gate = GateItem.from_parent(session, name="gate", nodeid=GATE_NODEID, judge=self)
+        if GATE_NODEID.startswith(tuple(config.getoption("deselect", None) or ())):
+            self.gate_deselected = True  # asked for by name: the verdict still sets the exit status
+            config.hook.pytest_deselected(items=[gate])
+            return
+        items.append(gate)
+
+    def gate_lines(self) -> tuple[bool, list[str]]:
+        """The gate item's question: the verdict over every episode run before it (collect.GateJudge)."""
+        self.gate_reported = True
+        self.conclude()
+        verdict = self.verdict
+        assert verdict is not None
+        return verdict.failed, verdict.lines()
+
+    def conclude(self) -> None:
+        """Stop the loop, close the store, read this session's episodes back, analyse them and judge (once)."""
+        if self.verdict is not None:
+            return
         self.close()
-        if self.is_worker or self.config.option.collectonly:
-            return  # nothing ran: keep the last report instead of writing an empty one
         from .. import report
         from ..gate import evaluate
         from ..report.coverage import coverage, coverage_html
@@ -114,20 +162,57 @@ class Finish:
         table = report.episode_table(rows)
         self.analysis = report.analyse(table, rows, seed=self.settings.seed, **self._baseline_inputs())
         del rows  # the table holds what the page needs
+        self._page = (sections, len(table))
         self.verdict = evaluate(self.thresholds, self.analysis)
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml and pytest-html write their files: the gate's report is in them
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.close()
+        if self.is_worker or self.config.option.collectonly:
+            return  # nothing ran: keep the last report instead of writing an empty one
+        from .. import report
+
+        self.conclude()
+        assert self.verdict is not None and self.analysis is not None
+        t = self.tally
+        self._report_gate()
         if t.results.episodes:  # never replace the last report by an empty one
+            sections, n_rows = self._page
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(t.invalid.items())]
             from ..model.errors import AgentPerturbError
 
             try:
                 report.write_report(self.settings.report, self.analysis, self.verdict, settings=self.settings,
-                                    skipped=t.skipped, extra_sections=sections, n_rows=len(table), notes=notes)
+                                    skipped=t.skipped, extra_sections=sections, n_rows=n_rows, notes=notes)
             except (AgentPerturbError, OSError) as exc:  # one clear line; the summary and the gate still run
                 self.report_error = str(exc)
                 if session.exitstatus == pytest.ExitCode.OK:
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _report_gate(self) -> None:
+        """The gate's reports where its item did not run: under xdist, or a session stopped before its end.
+
+        The same three reports (setup, call, teardown) an item would have
+        had, through the same hook, so junitxml, pytest-html and the terminal
+        count the gate like any test.
+        """
+        if not self.thresholds.configured or self.gate_reported or self.gate_deselected or self.verdict is None:
+            return
+        from .collect import GATE_NODEID, gate_failure
+
+        self.gate_reported = True
+        hook = self.config.hook
+        location = ("agentperturb", None, GATE_NODEID)
+        hook.pytest_runtest_logstart(nodeid=GATE_NODEID, location=location)
+        for when in ("setup", "call", "teardown"):
+            failed = when == "call" and self.verdict.failed
+            rep = pytest.TestReport(GATE_NODEID, location, {"agentperturb": 1, "gate": 1},
+                                    "failed" if failed else "passed",
+                                    gate_failure(self.verdict.lines()) if failed else None, when)
+            hook.pytest_runtest_logreport(report=rep)
+        hook.pytest_runtest_logfinish(nodeid=GATE_NODEID, location=location)
 
     def _baseline_inputs(self) -> dict[str, Any]:
         """The baseline run's episode table for the analysis (nothing without ``--agentperturb-baseline``)."""

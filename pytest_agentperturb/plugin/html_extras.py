@@ -17,13 +17,27 @@ from typing import Any
 import pytest
 
 from .collect import PerturbItem
+from .finish import AGENT_FAILED_ATTR
+
+#: pytest-html's result word of an agent-failed episode (its filter key is the word in lower case)
+AGENT_FAILED_LABEL = "Agent-failed"
 
 
 class HtmlExtras:
     """Adds ``extras`` (pytest-html 4) to the call report of every :class:`PerturbItem`."""
 
-    def __init__(self, report_path: Path) -> None:
+    def __init__(self, report_path: Path, config: pytest.Config | None = None) -> None:
         self.report_path = report_path
+        self.config = config
+        self._html_outcomes: dict[str, Any] | None = None
+        self._agent_failed: set[str] = set()
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._outcomes_ready()
+
+    def _outcomes_ready(self) -> None:
+        """Add the ``Agent-failed`` filter box before pytest-html renders its first page."""
+        self._outcomes()
 
     @pytest.hookimpl(trylast=True)
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[Any]) -> None:
@@ -31,9 +45,37 @@ class HtmlExtras:
         from ..report.svg import esc
 
         test_id = report.nodeid + ("" if report.when == "call" else f"::{report.when}")
+        agent_failed = report.failed and getattr(report, AGENT_FAILED_ATTR, False)
         for i, cell in enumerate(cells):
             if isinstance(cell, str) and cell.startswith('<td class="col-testId">'):
                 cells[i] = f'<td class="col-testId">{esc(test_id)}</td>'
+            elif agent_failed and isinstance(cell, str) and cell.startswith('<td class="col-result">'):
+                cells[i] = f'<td class="col-result">{AGENT_FAILED_LABEL}</td>'  # its own filter box
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
+        """Count an agent-failed episode under its own outcome, not "Failed" (pytest-html 4's outcome table)."""
+        result = yield
+        if report.when == "call" and report.failed and getattr(report, AGENT_FAILED_ATTR, False):
+            self._agent_failed.add(report.nodeid)  # pytest-html counts an item's reports at its teardown
+        elif report.when == "teardown" and report.nodeid in self._agent_failed:
+            self._agent_failed.discard(report.nodeid)
+            outcomes = self._outcomes()
+            if outcomes is not None and outcomes["failed"]["value"] > 0:
+                outcomes["failed"]["value"] -= 1
+                outcomes[AGENT_FAILED_LABEL.lower()]["value"] += 1
+        return result
+
+    def _outcomes(self) -> dict[str, Any] | None:
+        """pytest-html's outcome counters, with an ``agent-failed`` entry added (None if its layout is unknown)."""
+        if self._html_outcomes is None:
+            for plugin in self.config.pluginmanager.get_plugins() if self.config is not None else ():
+                outcomes = getattr(getattr(plugin, "_report", None), "_outcomes", None)
+                if isinstance(outcomes, dict) and "failed" in outcomes and "passed" in outcomes:
+                    outcomes.setdefault(AGENT_FAILED_LABEL.lower(), {"label": "Agent failed", "value": 0})
+                    self._html_outcomes = outcomes
+                    break
+        return self._html_outcomes
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -47,7 +89,10 @@ class HtmlExtras:
         from ..report import diff_html, episode_url
         from ..report.svg import esc
 
+        from .reporting import failed_checks
+
         rec = item.record
+        checks = failed_checks(rec)
         row = {k: getattr(rec, k) for k in ("run_id", "model", "suite", "task", "family", "seed", "repeat")}
         verdict = "error" if rec.error else ("pass" if rec.success else "fail")
         comp = "" if rec.compliance is None else ("compliance" if rec.compliance else "bypass")
@@ -55,6 +100,7 @@ class HtmlExtras:
         cans = ", ".join(f"{c.kind}: {c.text}" for c in v.canaries) if v is not None else ""
         body = (f"<div><p><b>agentperturb</b> {esc(item.family)} · operator {esc(rec.operator)} · "
                 f"verdict <b>{esc(verdict)}</b> {esc(comp)} · reward {esc(rec.reward)}</p>"
+                + (f"<p>failed grader checks: {esc('; '.join(checks))}</p>" if checks else "")
                 + (f"<p>canaries: {esc(cans)}</p>" if cans else "")
                 + (diff_html(v.diff) if v is not None and v.diff else "") + "</div>")
         link = episode_url(self.report_path, row)   # the episode on its task's page

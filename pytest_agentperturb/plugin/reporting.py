@@ -18,7 +18,9 @@ import pytest
 
 from .collect import InvalidTask, PerturbItem
 from .distribute import Controller, episode_row
-from .finish import Tally
+from .finish import AGENT_FAILED_ATTR, Tally
+from ..model.records import EpisodeRecord
+from ..model.trajectory import GRADER
 from .results import report_row
 from .variants import key_of
 
@@ -34,8 +36,10 @@ SKIP_ATTR = "agentperturb_skip"
 class ReportHooks:
     """The report hooks of one process (registered as a plugin beside the session)."""
 
-    def __init__(self, tally: Tally, controller: Controller | None, repeats: int) -> None:
+    def __init__(self, tally: Tally, controller: Controller | None, repeats: int,
+                 agent_failures_pass: bool = False) -> None:
         self.tally = tally
+        self.agent_failures_pass = agent_failures_pass
         self.controller = controller  # None on an xdist worker
         self.is_worker = controller is None
         self.repeats = repeats
@@ -78,12 +82,20 @@ class ReportHooks:
                         if p not in item.user_properties:
                             item.user_properties.append(p)
                     report.user_properties = list(item.user_properties)
-                report.sections.append(("agentperturb", reproduce))
+                if report.when == "call" and report.passed and item.record.success is False \
+                        and not self.agent_failures_pass:
+                    # a failure every JUnit consumer and pytest-html shows, not a pytest failure (finish.py)
+                    report.outcome = "failed"
+                    report.longrepr = agent_failure_text(item.record, reproduce)
+                    setattr(report, AGENT_FAILED_ATTR, True)
+                elif report.passed:
+                    report.sections.append(("agentperturb", reproduce))  # a failure's text holds it: once
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
         row = getattr(report, REPORT_ATTR, None)
-        if row is None or report.when != "call" or not report.passed:
+        agent_failed = report.failed and getattr(report, AGENT_FAILED_ATTR, False)
+        if row is None or report.when != "call" or not (report.passed or agent_failed):
             return None
         ok = bool(row["success"])
         word = "PASS" if ok else "FAIL"
@@ -115,3 +127,17 @@ class ReportHooks:
             t.invalid[report.nodeid] = str(invalid)
         if getattr(report, HARNESS_ERROR_ATTR, False) and not self.is_worker:
             t.harness_errors += 1
+
+
+def failed_checks(rec: EpisodeRecord) -> list[str]:
+    """The grader's checks that failed, in the grader's order (none when it named none)."""
+    return [str(c) for e in rec.trajectory if e.get("role") == GRADER
+            for c, ok in (e.get("checks") or []) if not ok]
+
+
+def agent_failure_text(rec: EpisodeRecord, reproduce: str) -> str:
+    """The failure text of an agent-failed episode: the failed grader checks, the reward, the reproduce line."""
+    checks = failed_checks(rec)
+    what = ("failed grader checks: " + "; ".join(checks)) if checks else "the grader named no failed check"
+    comp = "" if rec.compliance is None else (" (compliance)" if rec.compliance else " (bypass)")
+    return f"agent failed{comp}: {what}; reward {rec.reward}\n{reproduce}"

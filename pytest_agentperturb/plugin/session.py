@@ -61,12 +61,12 @@ class AgentPerturbSession:
         if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
             from .html_extras import HtmlExtras  # only when pytest-html writes a report (--html)
 
-            config.pluginmanager.register(HtmlExtras(settings.report), "agentperturb-html-extras")
+            config.pluginmanager.register(HtmlExtras(settings.report, config), "agentperturb-html-extras")
         self.controller = None if self.is_worker else Controller(config, settings, self.runner.store,
                                                                  self.llm.concurrency)
         if self.controller is not None:
             config.pluginmanager.register(self.controller, "agentperturb-controller")
-        self.reports = ReportHooks(self.tally, self.controller, self.repeats)
+        self.reports = ReportHooks(self.tally, self.controller, self.repeats, settings.agent_failures_pass)
         for part, name in ((self.runner, "runner"), (self.reports, "reports"), (self.finish, "finish")):
             config.pluginmanager.register(part, f"agentperturb-{name}")
 
