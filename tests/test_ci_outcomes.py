@@ -120,7 +120,7 @@ def test_agent_failures_do_not_stop_a_maxfail_run(pytester: pytest.Pytester, sui
 
 
 def test_pytest_html_has_an_agent_failed_category(pytester: pytest.Pytester, suite_path: Path) -> None:
-    run(pytester, suite_path, "--html", "ci.html", "--agentperturb-max-drop", "25")
+    r = run(pytester, suite_path, "--html", "ci.html", "--agentperturb-max-drop", "25")
     page = (pytester.path / "ci.html").read_text(encoding="utf-8")
     blob = json.loads(re.search(r'data-jsonblob="([^"]*)"', page).group(1)  # type: ignore[union-attr]
                       .replace("&#34;", '"').replace("&quot;", '"').replace("&amp;", "&")
@@ -128,7 +128,7 @@ def test_pytest_html_has_an_agent_failed_category(pytester: pytest.Pytester, sui
     results = {t["testId"]: t["result"] for tests in blob["tests"].values() for t in tests}
     assert results["agentperturb::gate"] == "Failed"
     assert results["suites/workflows::share-report::clean[reference/literal]"] == "Passed"
-    assert list(results.values()).count("Agent-failed") == 8
+    assert list(results.values()).count("Agent-failed") == _outcomes(r)["agent-failed"] > 0
     assert 'data-test-result="agent-failed"' in page
-    assert re.search(r"8 Agent failed", re.sub(r"<[^>]+>|\s+", " ", page)), "the count of the category"
+    assert re.search(rf"{_outcomes(r)['agent-failed']} Agent failed", re.sub(r"<[^>]+>|\s+", " ", page)), "the count of the category"
     assert re.search(r"1 Failed", re.sub(r"<[^>]+>|\s+", " ", page))

@@ -201,6 +201,8 @@ def test_register_operators_hook_adds_an_operator(pytester: pytest.Pytester, sui
         "def pytest_agentperturb_register_operators(register):\n"
         "    register(Shout())\n"
     )
+    for edits in suite.glob("*/edits.toml"):
+        edits.unlink()  # a user's own tasks, without authored edits: the registered operator is drawn
     result = pytester.runpytest_subprocess("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
                                            "--agentperturb-families", "user-redundant", "-q")
     assert result.ret == 0
