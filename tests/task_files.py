@@ -96,3 +96,17 @@ def cli(*args: str) -> int:
 def generate(suite_dir: Path, out: Path, families: str = "user-missing") -> int:
     """``agentperturb generate SUITE --out OUT --families FAMILIES``; its exit status."""
     return cli("generate", str(suite_dir), "--out", str(out), "--families", families)
+
+
+#: One task (share-report), one baseline agent: the fastest plugin run that still has pairs to gate.
+FAST = ["-p", "no:cacheprovider", "-k", "share-report", "--agentperturb-model", "reference/literal"]
+
+
+def run_fast(pytester: pytest.Pytester, suite: Path, *args: str, n: int | None = None) -> pytest.RunResult:
+    """One plugin run on one task and one baseline agent; in-process unless xdist is asked for."""
+    dst = pytester.path / "suites" / "workflows"
+    if not dst.exists():
+        shutil.copytree(suite, dst)
+    if n:
+        return pytester.runpytest_subprocess("--agentperturb", "suites/workflows", *FAST, "-n", str(n), *args)
+    return pytester.runpytest("--agentperturb", "suites/workflows", *FAST, *args)

@@ -115,3 +115,12 @@ def test_a_pack_gives_each_task_its_edits_and_the_shared_reasons(tmp_path: Path)
     pack.write_text('[[edit]]\nfamily = "user-missing"\nuser = "x"\n')
     with pytest.raises(TaskFormatError, match=r"edit\[0\]\.task"):
         load_pack(pack)
+
+
+def test_the_digest_covers_the_edits_but_not_where_they_were_read(offsite: Path, tmp_path: Path) -> None:
+    other = tmp_path / "elsewhere" / "book-offsite"
+    shutil.copytree(offsite, other)
+    assert load_task(offsite, "s").digest() == load_task(other, "s").digest()  # another host, another path
+    edits = other / "edits.toml"
+    edits.write_text(edits.read_text().replace("Hafenstrasse bakery", "Hafenstrasse deli"))
+    assert load_task(offsite, "s").digest() != load_task(other, "s").digest()

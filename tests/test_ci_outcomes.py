@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from task_files import run_fast
 
-FAST = ["-p", "no:cacheprovider", "-k", "share-report", "--agentperturb-model", "reference/literal"]
-
-
-def run(pytester: pytest.Pytester, suite: Path, *args: str, n: int | None = None) -> pytest.RunResult:
-    """One plugin run on one task and one baseline agent; in-process unless xdist is asked for."""
-    dst = pytester.path / "suites" / "workflows"
-    if not dst.exists():
-        shutil.copytree(suite, dst)
-    if n:
-        return pytester.runpytest_subprocess("--agentperturb", "suites/workflows", *FAST, "-n", str(n), *args)
-    return pytester.runpytest("--agentperturb", "suites/workflows", *FAST, *args)
+run = run_fast
 
 
 def _collected(result: pytest.RunResult) -> list[str]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from task_files import run_fast
 import scipy.cluster.hierarchy  # noqa: F401  (loaded before pytester's in-process runs, which
 import scipy.stats  # noqa: F401               restore sys.modules and cannot reload C extensions)
 
@@ -15,17 +15,7 @@ from pytest_agentperturb import gate
 from pytest_agentperturb.analysis import drops, normalise
 from pytest_agentperturb.model.errors import OptionError
 
-FAST = ["-p", "no:cacheprovider", "-k", "share-report", "--agentperturb-model", "reference/literal"]
-
-
-def run(pytester: pytest.Pytester, suite: Path, *args: str, n: int | None = None) -> pytest.RunResult:
-    """One plugin run on one task and one baseline; in-process unless xdist is asked for."""
-    dst = pytester.path / "suites" / "workflows"
-    if not dst.exists():
-        shutil.copytree(suite, dst)
-    if n:
-        return pytester.runpytest_subprocess("--agentperturb", "suites/workflows", *FAST, "-n", str(n), *args)
-    return pytester.runpytest("--agentperturb", "suites/workflows", *FAST, *args)
+run = run_fast
 
 
 # -- validation ----------------------------------------------------------------
@@ -90,14 +80,14 @@ def test_evaluate_gates_baselines_when_alone_and_undefined_is_a_breach() -> None
 # -- as users meet it ---------------------------------------------------------------
 def test_breach_fails_session_with_one_line_per_threshold(pytester: pytest.Pytester, suite_path: Path) -> None:
     r = run(pytester, suite_path, "--agentperturb-max-drop", "25", "--agentperturb-max-family-drop",
-            "tool-incorrect=40", "--agentperturb-min-bypass", "0.6", "--agentperturb-min-clean", "0.5")
+            "user-incorrect=40", "--agentperturb-min-bypass", "0.6", "--agentperturb-min-clean", "0.5")
     assert r.ret == pytest.ExitCode.TESTS_FAILED
     out = r.stdout.str()
     breached = [ln for ln in out.splitlines() if ln.startswith("agentperturb gate:") and "breached" in ln]
     assert len(breached) == 3, out
     assert any("--agentperturb-max-drop breached by reference/literal on workflows: relative drop" in ln
                and "> limit 25.0 %" in ln for ln in breached)
-    assert any("[tool-incorrect]" in ln and "> limit 40.0 %" in ln for ln in breached)
+    assert any("[user-incorrect]" in ln and "> limit 40.0 %" in ln for ln in breached)
     assert any("--agentperturb-min-bypass" in ln and "< limit 0.600" in ln for ln in breached)
     assert "Gate: FAILED" in (pytester.path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
 

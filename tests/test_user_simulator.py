@@ -279,7 +279,7 @@ def _route(user_reply: Reply | list[Reply], agent_script: list[Reply]) -> Any:
 
 def test_litellm_agent_asks_the_user_model_without_blocking_and_tokens_stay_apart(
         fake_key: None, preimported: None) -> None:
-    variant = make_engine().make_variant(STANDUP, "context-missing", 0)   # Dana's address omitted
+    variant = make_engine(authored=False).make_variant(STANDUP, "context-missing", 0)   # Dana's address omitted
     assert variant.recovery == ("recipient",)
     q = "Which address should I use for Dana?"
     script = [tool_call("ask_user", {"question": q}, prompt_tokens=300, completion_tokens=10),
@@ -301,7 +301,7 @@ def test_litellm_agent_asks_the_user_model_without_blocking_and_tokens_stay_apar
 
 
 def test_a_blocked_leak_is_recorded_and_the_agent_gets_the_neutral_reply(fake_key: None, preimported: None) -> None:
-    variant = make_engine().make_variant(STANDUP, "context-missing", 0)
+    variant = make_engine(authored=False).make_variant(STANDUP, "context-missing", 0)
     script = [tool_call("ask_user", {"question": "What is Dana's e-mail?"}), answer("done")]
     user = answer("dana.kim@acme.test, and the standup is EV-104 on 2026-12-02")
     with FakeOpenAI(_route(user, script)) as srv:
@@ -316,7 +316,7 @@ def test_a_blocked_leak_is_recorded_and_the_agent_gets_the_neutral_reply(fake_ke
 
 def test_careful_agent_recovers_through_the_user_model(fake_key: None, preimported: None) -> None:
     """Reference agents await ask_user_async: a user model works for them too."""
-    variant = make_engine().make_variant(STANDUP, "user-missing", 0)   # the date is omitted
+    variant = make_engine(authored=False).make_variant(STANDUP, "user-missing", 0)   # the date is omitted
     with FakeOpenAI(_route(answer("It is on 2026-12-02."), [])) as srv:
         rec = play(STANDUP, variant, CarefulAgent(), make_simulator(STANDUP, variant, settings(srv)))
     assert rec.error == "" and rec.reward == 1.0
@@ -324,7 +324,7 @@ def test_careful_agent_recovers_through_the_user_model(fake_key: None, preimport
 
 
 def test_a_user_model_failure_is_an_error_not_an_agent_failure(fake_key: None, preimported: None) -> None:
-    variant = make_engine().make_variant(STANDUP, "user-missing", 0)
+    variant = make_engine(authored=False).make_variant(STANDUP, "user-missing", 0)
     with FakeOpenAI(_route(error(401, "Incorrect API key provided"), [])) as srv:
         rec = play(STANDUP, variant, OracleAgent(), make_simulator(STANDUP, variant, settings(srv)))
     assert rec.error.startswith("SimulatorError") and "AuthenticationError" in rec.error
@@ -333,7 +333,7 @@ def test_a_user_model_failure_is_an_error_not_an_agent_failure(fake_key: None, p
 
 
 def test_an_agent_that_swallows_the_simulator_error_still_gets_an_error(fake_key: None, preimported: None) -> None:
-    variant = make_engine().make_variant(STANDUP, "user-missing", 0)
+    variant = make_engine(authored=False).make_variant(STANDUP, "user-missing", 0)
 
     def stubborn(ctx: EpisodeContext) -> str:
         try:
@@ -348,7 +348,7 @@ def test_an_agent_that_swallows_the_simulator_error_still_gets_an_error(fake_key
 
 
 def test_blocking_agents_in_worker_threads_ask_through_the_episode_loop(fake_key: None, preimported: None) -> None:
-    variant = make_engine().make_variant(STANDUP, "user-missing", 0)
+    variant = make_engine(authored=False).make_variant(STANDUP, "user-missing", 0)
     seen: list[str] = []
 
     def blocking(ctx: EpisodeContext) -> str:
@@ -366,7 +366,7 @@ def test_a_blocking_ask_on_the_loop_still_works_and_says_why_to_avoid_it(
         fake_key: None, preimported: None, caplog: pytest.LogCaptureFixture) -> None:
     from pytest_agentperturb.model import context
 
-    variant = make_engine().make_variant(STANDUP, "user-missing", 0)
+    variant = make_engine(authored=False).make_variant(STANDUP, "user-missing", 0)
     seen: list[str] = []
 
     async def on_loop(ctx: EpisodeContext) -> None:
@@ -382,7 +382,7 @@ def test_a_blocking_ask_on_the_loop_still_works_and_says_why_to_avoid_it(
 
 
 def test_offline_simulator_stays_the_default(suite_path: Path) -> None:
-    variant = make_engine().make_variant(STANDUP, "user-missing", 0)
+    variant = make_engine(authored=False).make_variant(STANDUP, "user-missing", 0)
     assert isinstance(make_simulator(STANDUP, variant, LLMSettings()), UserSimulator)
     rec = run_episode_sync(STANDUP, variant, OracleAgent(), run_id="t", seed=0)
     turn = next(e for e in rec.trajectory if e.get("role") == "user")

@@ -16,7 +16,7 @@ reason, which the coverage table shows instead of a rule operator's attempt.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .vocab import Turn
@@ -102,8 +102,9 @@ class Authored:
         return tuple(e for e in self.edits if e.family == family)
 
     def key(self) -> str:
-        """A stable text of everything here (part of the task digest)."""
-        parts = [repr(e) for e in self.edits] + [f"n/a {f}: {r}" for f, r in sorted(self.not_applicable.items())]
+        """A stable text of everything here (part of the task digest): where it was read from is left out,
+        so the same task at another path (another host, a fresh checkout) has the same digest."""
+        parts = [repr(replace(e, source="")) for e in self.edits] + [f"n/a {f}: {r}" for f, r in sorted(self.not_applicable.items())]
         return "\n".join(parts)
 
 

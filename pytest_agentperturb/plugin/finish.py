@@ -173,7 +173,7 @@ class Finish:
         from .. import report
 
         self.conclude()
-        assert self.verdict is not None and self.analysis is not None
+        assert self.verdict is not None  # the analysis is None when no episode was scored
         t = self.tally
         self._report_gate()
         if t.results.episodes:  # never replace the last report by an empty one
