@@ -274,7 +274,8 @@ def test_one_task_per_suite_clean_and_perturbed_with_the_reference_agents(pytest
     assert all(r["compliance"] is not None for r in injected)
     html = (pytester.path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
     assert "Coverage per suite" in html and "agentdojo:banking" in html
-    assert "no fact is stated on the procedure surface" in html  # skips travel to the controller
+    # the pack's not-applicable families (skips travel to the controller), with the reason, escaped
+    assert "not applicable: AgentDojo&#x27;s system message states no value" in html
     for suite in ("workspace", "travel", "banking", "slack"):
         assert re.search(rf"coverage agentdojo:{suite}: 1 tasks, \d+ episodes", out), out[-2000:]
 
