@@ -136,6 +136,21 @@ def _other_year_or_number(stem: str, rng: random.Random) -> str | None:
     return None
 
 
+def same_shape(value: str, rng: random.Random) -> str:
+    """Another value of the shape of ``value``: each letter and digit redrawn in its class, the rest kept."""
+    out = []
+    for ch in value:
+        if ch.isdigit():
+            out.append(rng.choice("0123456789"))
+        elif ch.isupper():
+            out.append(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ"))
+        elif ch.islower():
+            out.append(rng.choice("abcdefghijkmnopqrstuvwxyz"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def fallback_value(task: Task, fact: Fact, rng: random.Random) -> str | None:
     """A plausible value of the fact's kind and format, for a world that holds no other one."""
     v, cls = fact.value, decoy_class(fact)
@@ -170,6 +185,8 @@ def fallback_value(task: Task, fact: Fact, rng: random.Random) -> str | None:
         return f"{head}{slash}{new_stem}.{ext}"
     if ID.fullmatch(v):
         return None
+    if re.search(r"\d", v) or (len(v) >= 2 and v.isupper() and v.isalnum()):
+        return same_shape(v, rng)  # a code (XEHM4B, an IBAN): another one of the same shape, never a generic word
     keys = [fact_noun(fact).split()[-1], *fact.id.lower().split("_")]
     pool = next((bank.words("phrasing", "fallback", k) for k in keys if bank.words("phrasing", "fallback", k)),
                 bank.words("phrasing", "fallback", "value"))
