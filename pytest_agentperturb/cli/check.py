@@ -35,20 +35,16 @@ from ..model.task import FAMILIES, Task, TaskSlot, parse_families
 
 def is_named_suite(arg: str) -> bool:
     """``agentdojo[:x]`` or ``tau2[:x]``: a benchmark's suite rather than a folder."""
-    return arg.split(":", 1)[0] in ("agentdojo", "tau2") and not Path(arg).exists()
+    from ..formats import BENCHMARKS
+
+    return arg.split(":", 1)[0] in BENCHMARKS and not Path(arg).exists()
 
 
 def _tasks(arg: str) -> Iterator[Task | TaskFormatError]:
     if is_named_suite(arg):
-        from ..model.interfaces import SuiteAdapter
+        from ..formats import benchmark_adapter
 
-        adapter: SuiteAdapter | None
-        if arg.startswith("tau2"):
-            from ..formats.tau2 import adapter_for
-            adapter = adapter_for(arg)
-        else:
-            from ..formats.agentdojo import adapter_for as agentdojo_for
-            adapter = agentdojo_for(arg)
+        adapter = benchmark_adapter(arg)
         assert adapter is not None
         for item in adapter.tasks():
             try:

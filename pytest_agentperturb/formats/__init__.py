@@ -11,6 +11,33 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..model.interfaces import SuiteAdapter
+
+#: The benchmarks a suite can be named after (``--agentperturb-suite agentdojo:banking``, ``tau2:airline``).
+BENCHMARKS: tuple[str, ...] = ("agentdojo", "tau2")
+
+
+def benchmark_adapter(name: str) -> SuiteAdapter | None:
+    """The adapter of a benchmark's suite name (``agentdojo[:suite]``, ``tau2[:domain]``), None for another name.
+
+    Only the named benchmark's adapter module is imported.
+
+    Raises:
+        OptionError: for an unknown suite of a known benchmark or a missing extra (the message has the fix).
+    """
+    family = name.split(":", 1)[0]
+    if family == "tau2":
+        from .tau2 import adapter_for as tau2_for
+
+        return tau2_for(name)
+    if family == "agentdojo":
+        from .agentdojo import adapter_for
+
+        return adapter_for(name)
+    return None
 
 
 def shipped(name: str) -> Path:

@@ -475,13 +475,15 @@ class SuiteData:
                          "answer": ut.GROUND_TRUTH_OUTPUT.encode()},
         )
 
+    @functools.cached_property
+    def pack(self) -> dict[str, Authored]:
+        """The suite's authored edits by task id (``agentdojo_edits/<suite>.toml``; ``*``: every task's), read once."""
+        path = Path(__file__).parent / "agentdojo_edits" / f"{self.name}.toml"
+        return load_pack(path) if path.is_file() else {}
+
     def authored(self, task_id: str) -> Authored:
-        """The task's authored edits from the suite's pack (``agentdojo_edits/<suite>.toml``), read once."""
-        if "_pack" not in self.__dict__:
-            path = Path(__file__).parent / "agentdojo_edits" / f"{self.name}.toml"
-            self.__dict__["_pack"] = load_pack(path) if path.is_file() else {}
-        pack: dict[str, Authored] = self.__dict__["_pack"]
-        return pack.get(task_id) or pack.get("*") or Authored()
+        """The task's authored edits from the suite's pack."""
+        return self.pack.get(task_id) or self.pack.get("*") or Authored()
 
     def _notes(self, ut: Any, got: Derived) -> tuple[str, ...]:
         notes = []

@@ -196,8 +196,7 @@ def load_pack(path: Path) -> dict[str, Authored]:
         raise TaskFormatError(path, "edit.task", "a task id", "'*'", "'*' is for not_applicable entries only")
     out = {}
     for task, tables in by_task.items():
-        own = {f for f in (e.get("family") for e in tables["not_applicable"])} | {
-            e.get("family") for e in tables["edit"]}
+        own = {e.get("family") for e in (*tables["edit"], *tables["not_applicable"])}  # the task's own win
         tables["not_applicable"] += [e for e in every["not_applicable"] if e.get("family") not in own]
         out[task] = parse(f"{path} [task {task}]", tables)
     out["*"] = parse(f"{path} [task *]", every)

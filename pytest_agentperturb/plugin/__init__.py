@@ -125,17 +125,11 @@ def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None,
     if path is None:
         if name is None:
             return None
-        family = name.split(":", 1)[0]
-        if family not in ("agentdojo", "tau2"):
-            return None
+        from ..formats import benchmark_adapter
         from ..model.errors import OptionError
 
-        if family == "tau2":
-            from ..formats.tau2 import adapter_for
-        else:
-            from ..formats.agentdojo import adapter_for  # type: ignore[assignment]
         try:
-            return adapter_for(name)
+            return benchmark_adapter(name)
         except OptionError as exc:
             raise pytest.UsageError(str(exc)) from None
     from ..formats.native import NativeSuiteAdapter, is_suite
