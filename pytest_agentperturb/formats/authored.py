@@ -148,7 +148,8 @@ def parse(path: Path | str, data: Mapping[str, Any]) -> Authored:
     """The authored edits of one task from parsed TOML (``[[edit]]`` and ``[[not_applicable]]``)."""
     unknown = sorted(set(data) - {"edit", "not_applicable"})
     if unknown:
-        raise TaskFormatError(path, unknown[0], "[[edit]] or [[not_applicable]] tables", repr(unknown[0]))
+        raise TaskFormatError(path, unknown[0] or repr(unknown[0]), "[[edit]] or [[not_applicable]] tables",
+                              f"a key {unknown[0]!r}", "remove it: edits.toml holds only those two tables")
     for key in ("edit", "not_applicable"):
         if not isinstance(data.get(key, []), list):
             raise TaskFormatError(path, key, f"[[{key}]] tables (an array of tables)", type(data[key]).__name__)
