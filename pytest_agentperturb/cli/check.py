@@ -145,6 +145,64 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 1 if breaches or n == 0 else 0
 
 
+def describe_task(task: Task, engine: Any) -> str:
+    """What an author of edits needs to see of one task: its four surfaces as the agent meets them, its facts
+    (id, value, the surfaces that state it), the gold steps, and for each family whether an authored edit, a
+    not-applicable entry or only the rule operators cover it (with the rule's reason where it skips)."""
+    import json
+
+    s = task.surfaces
+    lines = [f"== {task.key}: {task.title}", "-- user", s.user.rstrip(), "-- procedure", s.procedure.rstrip(),
+             "-- context"]
+    lines += [f"[{t.role}] {t.content}" for t in s.context] or ["(none)"]
+    lines.append("-- tools: " + ", ".join(str(t.get("name") or t.get("function", {}).get("name", "?")) for t in s.tools))
+    lines.append("-- facts")
+    lines += [f"{f.id} = {f.value!r} (kind {f.kind}; stated on {', '.join(f.surfaces) or 'no surface'})"
+              for f in task.facts] or ["(none)"]
+    lines.append("-- gold steps")
+    lines += [f"{st.tool}({json.dumps(dict(st.args), ensure_ascii=False)})" for st in task.solution]
+    lines.append("-- families")
+    for family in FAMILIES:
+        if family in task.authored.not_applicable:
+            lines.append(f"{family}: not applicable: {task.authored.not_applicable[family]}")
+        elif task.authored.for_family(family):
+            lines.append(f"{family}: {len(task.authored.for_family(family))} authored edit(s)")
+        else:
+            try:
+                v = engine.make_variant(task, family, 0)
+                lines.append(f"{family}: rule operator {v.operator} (no authored edit)")
+            except VariantSkipped as exc:
+                lines.append(f"{family}: rule operators skip: {str(exc)[:200]}")
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from ..run import make_engine
+
+    engine = make_engine()
+    n = 0
+    for item in _tasks(args.suite):
+        if isinstance(item, TaskFormatError):
+            sys.stdout.write(f"{item}\n")
+            continue
+        if args.task and item.id not in args.task:
+            continue
+        n += 1
+        sys.stdout.write(describe_task(item, engine) + "\n")
+    if n == 0:
+        sys.stderr.write(f"{args.suite}: no task matched\n")
+    return 0 if n else 1
+
+
+def add_show(sub: Any) -> None:
+    """``agentperturb show``: print what an author of edits works from."""
+    p = sub.add_parser("show", help="print a task's surfaces, facts, gold steps and family coverage "
+                                    "(for writing edits.toml).")
+    p.add_argument("suite", help="a suite folder, a task folder, or agentdojo[:suite] / tau2[:domain]")
+    p.add_argument("--task", action="append", default=[], metavar="ID", help="only this task (repeatable)")
+    p.set_defaults(func=_cmd_show)
+
+
 def add_arguments(v: argparse.ArgumentParser) -> None:
     """The options ``verify`` takes for a suite (a manifests folder takes none)."""
     v.add_argument("--task", action="append", default=[], metavar="ID", help="only this task (repeatable)")
@@ -154,4 +212,4 @@ def add_arguments(v: argparse.ArgumentParser) -> None:
                    help="fail a family that has neither an authored edit nor a not_applicable entry")
 
 
-__all__ = ["add_arguments", "check_task", "is_named_suite"]
+__all__ = ["add_arguments", "add_show", "check_task", "describe_task", "is_named_suite"]

@@ -501,7 +501,8 @@ def add_commands(sub: Any) -> None:
                                       "exit 1 on any breach.")
     v.add_argument("folder", help="folder written by 'agentperturb generate', or a suite folder, a task folder, "
                                   "agentdojo[:suite] or tau2[:domain]")
-    from .check import add_arguments
+    from .check import add_arguments, add_show
 
     add_arguments(v)
     v.set_defaults(func=_cmd_verify)
+    add_show(sub)

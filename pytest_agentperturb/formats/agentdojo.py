@@ -477,9 +477,12 @@ class SuiteData:
 
     @functools.cached_property
     def pack(self) -> dict[str, Authored]:
-        """The suite's authored edits by task id (``agentdojo_edits/<suite>.toml``; ``*``: every task's), read once."""
-        path = Path(__file__).parent / "agentdojo_edits" / f"{self.name}.toml"
-        return load_pack(path) if path.is_file() else {}
+        """The suite's authored edits by task id (``agentdojo_edits/<suite>.toml`` and any
+        ``<suite>-<part>.toml``; ``*``: every task's), read once."""
+        folder = Path(__file__).parent / "agentdojo_edits"
+        files = sorted(p for p in folder.glob(f"{self.name}*.toml")
+                       if p.stem == self.name or p.stem.startswith(f"{self.name}-"))
+        return load_pack(*files) if files else {}
 
     def authored(self, task_id: str) -> Authored:
         """The task's authored edits from the suite's pack."""

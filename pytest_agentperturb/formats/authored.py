@@ -179,28 +179,35 @@ def load_edits(folder: Path) -> Authored:
     return parse(path, _load(path))
 
 
-def load_pack(path: Path) -> dict[str, Authored]:
-    """An adapter's pack: task id -> its authored edits (``task = "*"`` not-applicable entries go to every task)."""
-    data = _load(path)
+def load_pack(path: Path, *more: Path) -> dict[str, Authored]:
+    """An adapter's pack: task id -> its authored edits (``task = "*"`` not-applicable entries go to every task).
+
+    A pack may span several files (``<suite>.toml`` and ``<suite>-<part>.toml``): their entries are merged,
+    and an error names the file that holds the task's first entry."""
     by_task: dict[str, dict[str, list[Any]]] = {}
-    for key in ("edit", "not_applicable"):
-        entries = data.get(key, [])
-        if not isinstance(entries, list):
-            raise TaskFormatError(path, key, f"[[{key}]] tables", type(entries).__name__)
-        for i, raw in enumerate(entries):
-            if not (isinstance(raw, dict) and isinstance(raw.get("task"), str) and raw["task"]):
-                raise TaskFormatError(path, f"{key}[{i}].task", "the id of the task it belongs to", repr(raw)[:120])
-            entry = {k: v for k, v in raw.items() if k != "task"}
-            by_task.setdefault(raw["task"], {"edit": [], "not_applicable": []})[key].append(entry)
+    where: dict[str, Path] = {}
+    for file in (path, *more):
+        data = _load(file)
+        for key in ("edit", "not_applicable"):
+            entries = data.get(key, [])
+            if not isinstance(entries, list):
+                raise TaskFormatError(file, key, f"[[{key}]] tables", type(entries).__name__)
+            for i, raw in enumerate(entries):
+                if not (isinstance(raw, dict) and isinstance(raw.get("task"), str) and raw["task"]):
+                    raise TaskFormatError(file, f"{key}[{i}].task", "the id of the task it belongs to",
+                                          repr(raw)[:120])
+                entry = {k: v for k, v in raw.items() if k != "task"}
+                by_task.setdefault(raw["task"], {"edit": [], "not_applicable": []})[key].append(entry)
+                where.setdefault(raw["task"], file)
     every = by_task.pop("*", {"edit": [], "not_applicable": []})
     if every["edit"]:
-        raise TaskFormatError(path, "edit.task", "a task id", "'*'", "'*' is for not_applicable entries only")
+        raise TaskFormatError(where["*"], "edit.task", "a task id", "'*'", "'*' is for not_applicable entries only")
     out = {}
     for task, tables in by_task.items():
         own = {e.get("family") for e in (*tables["edit"], *tables["not_applicable"])}  # the task's own win
         tables["not_applicable"] += [e for e in every["not_applicable"] if e.get("family") not in own]
-        out[task] = parse(f"{path} [task {task}]", tables)
-    out["*"] = parse(f"{path} [task *]", every)
+        out[task] = parse(f"{where[task]} [task {task}]", tables)
+    out["*"] = parse(f"{where.get('*', path)} [task *]", every)
     return out
 
 
