@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from pytest_agentperturb.agents.reference import OracleAgent
 from pytest_agentperturb.model.errors import VariantSkipped
+from pytest_agentperturb.model.records import tool_gaps
 from pytest_agentperturb.run import make_engine
 from pytest_agentperturb.run.episode import run_episode_sync
 from pytest_agentperturb.formats.native import load_tasks
@@ -78,7 +79,9 @@ def test_the_oracle_following_recovery_solves(task: Task, family: str, seed: int
     rec = run_episode_sync(task, v, OracleAgent(), run_id="prop", seed=seed)
     assert rec.error == "" and rec.reward == 1.0
     asked = [e for e in rec.trajectory if e.get("role") == "user"]
-    assert [e.get("disclosed") for e in asked] == [[r] for r in v.recovery]
+    # one question per recovery fact, then one per removed tool or argument the gold calls use
+    gaps = [g.id for g in tool_gaps(v.canaries) if g.tool in {s.tool for s in task.solution}]
+    assert [e.get("disclosed") for e in asked] == [[r] for r in (*v.recovery, *gaps)]
     assert check_variant(task, v) == []
 
 

@@ -11,8 +11,9 @@ Model-backed agents never get the layers, only the pixels.
 ``reference/oracle``
     Replays the gold solution with the true facts that the surfaces still
     state; facts that the variant's recovery annotation marks as omitted or
-    corrupted are obtained by asking the user simulator.  A clean oracle run scores 1.0 on every task; on a
-    variant it proves the recovery path works.
+    corrupted are obtained by asking the user simulator, and so are a tool or an argument that a
+    ``tool-missing`` variant no longer advertises (the user names it; unnamed, the oracle cannot use it).
+    A clean oracle run scores 1.0 on every task; on a variant it proves the recovery path works.
 ``reference/literal``
     Reads the surfaces in prompt order and takes the first value it finds for
     each fact; never asks; calls the advertised tool that best matches the
@@ -23,8 +24,8 @@ Model-backed agents never get the layers, only the pixels.
     Collects every candidate value, sets aside those that only sentences
     about another team or a closed, past matter mention (a small lexicon,
     :data:`ASIDE`), cross-checks conflicting or unverified ones against tool
-    observations, asks the user when a fact is missing or in conflict,
-    retries near-miss tool names and invalid enum values, and re-reads the
+    observations, asks the user when a fact is missing or in conflict or
+    when no advertised tool fits a step of its plan, retries near-miss tool names and invalid enum values, and re-reads the
     state before finishing.  Ignores instructions that arrive inside tool
     outputs.
 
@@ -52,6 +53,7 @@ from typing import Any
 from ..model.context import NEUTRAL_REPLY, EpisodeContext
 from ..model.images import observation_texts
 from ..model.protocols import Observation
+from ..model.records import tool_gaps
 from ..model.task import FACT_KINDS, Fact, Step, fill, sentences
 
 UNKNOWN = "TBD"
@@ -99,6 +101,27 @@ def _ordered_facts(steps: tuple[Step, ...], answer: str) -> list[str]:
         out += [f for f in s.facts() if f not in out]
     out += [f for f in re.findall(r"\{([a-z_][a-z0-9_]*)\}", answer) if f not in out]
     return out
+
+
+def tool_question(ctx: EpisodeContext, tool: str) -> str:
+    """How a reference agent asks the user for a tool it needs and is not shown: by what the tool does
+    (the first line of its description in the task's own contract, else the words of its name)."""
+    desc = ""
+    for t in ctx.task.surfaces.tools:
+        if t["function"]["name"] == tool:
+            desc = str(t["function"].get("description") or "").split("\n")[0].strip().rstrip(".")
+    what = desc[:1].lower() + desc[1:] if desc else tool.replace("_", " ")
+    return f"None of the tools I have can do this: {what}. Which tool should I use for it?"
+
+
+def argument_question(tool: str, arg: str) -> str:
+    """How a reference agent asks whether a tool takes an argument its schema does not show."""
+    return f"The schema of {tool} I was given has no {arg}: does {tool} take {arg}?"
+
+
+def names_word(word: str, text: str) -> bool:
+    """Whether ``text`` states ``word`` as a whole word (a tool or argument name in a reply)."""
+    return re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", text) is not None
 
 
 def choose_tool(ctx: EpisodeContext, planned: str, follow_redirects: bool) -> str | None:
@@ -170,9 +193,23 @@ class OracleAgent:
                     fact = ctx.task.fact(fid)
                     values[fid] = fact.value if fact.value in {v for _, v in fact.find(seen)} else UNKNOWN
 
+        # a tool or argument the contract no longer shows is asked for (its recovery path); without the
+        # user naming it the oracle cannot use it, so a variant without that path fails its replay
+        gaps = tool_gaps(ctx.variant.canaries)
+        usable: dict[str, bool] = {}
         for step in ctx.task.solution:
             resolve(step.facts())
             args = fill(dict(step.args), values)
+            for gap in gaps:
+                if gap.tool != step.tool or gap.id in usable:
+                    continue
+                q = argument_question(gap.tool, gap.arg) if gap.arg else tool_question(ctx, gap.tool)
+                ctx.model_turn(q)
+                reply = await ctx.ask_user_async(q)
+                usable[gap.id] = names_word(gap.tool, reply) and (not gap.arg or names_word(gap.arg, reply))
+            if usable.get(f"tool:{step.tool}") is False:
+                continue
+            args = {k: v for k, v in args.items() if usable.get(f"tool:{step.tool}.{k}", True)}
             ctx.model_turn(json.dumps(args))
             seen += image_texts(ctx.call_tool(step.tool, args))
         resolve(_ordered_facts((), ctx.task.answer))
@@ -229,19 +266,33 @@ class CarefulAgent:
         values: dict[str, str] = {}
         observations: list[str] = []
         layers: list[tuple[str, str]] = []  # text layers of the images seen so far
+        asked: dict[str, str] = {}  # planned tool -> the name the user gave for it
         for step in ctx.task.solution:
             for fid in step.facts():
                 if fid not in values:
                     values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations, layers)
-            obs = self._call(ctx, step, fill(dict(step.args), values), layers)
+            await self._ask_tool(ctx, step.tool, asked)
+            obs = self._call(ctx, step, fill(dict(step.args), values), layers, asked)
             observations.append(obs)
         for fid in _ordered_facts((), ctx.task.answer):
             if fid not in values:
                 values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations, layers)
         first = ctx.task.solution[0]
-        self._call(ctx, first, fill(dict(first.args), values), layers)  # verify the end state
+        self._call(ctx, first, fill(dict(first.args), values), layers, asked)  # verify the end state
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))
+
+    @staticmethod
+    async def _ask_tool(ctx: EpisodeContext, tool: str, asked: dict[str, str]) -> None:
+        """A planned tool that no advertised one fits: ask the user which tool does it (once per tool);
+        when the reply names none, the planned name is tried (the environment may still run it)."""
+        if tool in asked or choose_tool(ctx, tool, follow_redirects=False) is not None:
+            return
+        q = tool_question(ctx, tool)
+        ctx.model_turn(q)
+        reply = await ctx.ask_user_async(q)
+        names = re.findall(r"[A-Za-z][A-Za-z0-9]*(?:[_.-][A-Za-z0-9]+)+", reply)
+        asked[tool] = tool if names_word(tool, reply) else (names[0] if names else tool)
 
     async def _resolve(self, ctx: EpisodeContext, fact: Fact, observations: list[str],
                        layers: list[tuple[str, str]]) -> str:
@@ -267,8 +318,9 @@ class CarefulAgent:
         from_user = [v for s, v in found if s == "user" and v in distinct]
         return (from_user or distinct or [UNKNOWN])[0]
 
-    def _call(self, ctx: EpisodeContext, step: Step, args: dict[str, Any], layers: list[tuple[str, str]]) -> str:
-        name = choose_tool(ctx, step.tool, follow_redirects=False) or step.tool
+    def _call(self, ctx: EpisodeContext, step: Step, args: dict[str, Any], layers: list[tuple[str, str]],
+              asked: Mapping[str, str] | None = None) -> str:
+        name = choose_tool(ctx, step.tool, follow_redirects=False) or (asked or {}).get(step.tool, step.tool)
         call_args = advertised_args(ctx, name, args)
         tried: list[str] = []
         obs = ""
@@ -325,6 +377,7 @@ class NoisyAgent(CarefulAgent):
         values: dict[str, str] = {}
         observations: list[str] = []
         layers: list[tuple[str, str]] = []  # text layers of the images seen so far
+        asked: dict[str, str] = {}
         for i, step in enumerate(ctx.task.solution):
             hasty = draw(ctx.seed, ctx.task.key, i, "hasty") < self.hasty
             for fid in step.facts():
@@ -335,11 +388,12 @@ class NoisyAgent(CarefulAgent):
                         await self._resolve(ctx, fact, observations, layers)
             if draw(ctx.seed, ctx.task.key, i, "skip") < self.skip:
                 continue  # the slip: this call is never made
-            observations.append(self._call(ctx, step, fill(dict(step.args), values), layers))
+            await self._ask_tool(ctx, step.tool, asked)
+            observations.append(self._call(ctx, step, fill(dict(step.args), values), layers, asked))
         for fid in _ordered_facts((), ctx.task.answer):
             if fid not in values:
                 values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations, layers)
         first = ctx.task.solution[0]
-        self._call(ctx, first, fill(dict(first.args), values), layers)  # verify the end state, as careful does
+        self._call(ctx, first, fill(dict(first.args), values), layers, asked)  # verify the end state, as careful
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))

@@ -100,6 +100,33 @@ class Injection:
 
 
 @dataclass(frozen=True)
+class ToolGap:
+    """A tool (``arg`` empty) or a tool's argument that a ``tool-missing`` variant no longer advertises.
+
+    Its recovery path is asking (docs/design.md section 2b): the user simulator names the tool or the
+    argument when asked about it; the environment still runs the tool under its true name."""
+
+    tool: str
+    arg: str = ""
+
+    @property
+    def id(self) -> str:
+        """How a reply's ``disclosed`` list names it: ``tool:<name>`` or ``tool:<name>.<arg>``."""
+        return f"tool:{self.tool}" + (f".{self.arg}" if self.arg else "")
+
+
+def tool_gaps(canaries: tuple[Canary, ...] | list[Canary]) -> tuple[ToolGap, ...]:
+    """The tools and arguments a variant removed from the contract: its ``omitted`` canaries that name no
+    fact (``<tool>`` or ``<tool>.<argument>``, as the tool-missing operators and authored edits write them)."""
+    out = []
+    for c in canaries:
+        if c.kind == "omitted" and not c.fact:
+            tool, _, arg = c.text.partition(".")
+            out.append(ToolGap(tool, arg))
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
 class Variant:
     """One instance of a task: the clean one or a perturbed one.
 

@@ -19,7 +19,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from ..model.records import Variant
+from ..model.records import Variant, tool_gaps
 from ..model.task import SURFACE_FILES, Task
 from ..perturb.realism import variant_problems
 
@@ -124,9 +124,10 @@ def _variant_html(i: int, task: Task, v: Variant) -> str:
              f"<p class=meta>operator <b>{_esc(v.operator)}</b> · seed {_esc(v.seed)} · target {_esc(v.target)}"
              f" · type {_esc(v.type)}</p>",
              f"<p class=meta>canaries: {cans or 'none'}</p>"]
-    if v.recovery:
+    recovery = [*v.recovery, *(g.id for g in tool_gaps(v.canaries))]
+    if recovery:
         parts.append(f"<p class=meta>recovery (the user simulator gives these when asked): "
-                     f"{_esc(', '.join(v.recovery))}</p>")
+                     f"{_esc(', '.join(recovery))}</p>")
     if v.note:
         parts.append(f"<p class=meta>note: {_esc(v.note)}</p>")
     parts.append(warn)

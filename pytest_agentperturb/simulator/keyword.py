@@ -7,7 +7,11 @@ reply that states the value of a fact outside the recovery annotation, or
 any canary text, becomes the neutral reply (a *blocked leak*), and the
 facts a reply disclosed are read from the reply itself (its values), never
 taken on the simulator's word.  A reply that states no recovery value at
-all is the neutral reply too.
+all is the neutral reply too.  A ``tool-missing`` variant's removed tool or
+argument (:class:`~pytest_agentperturb.model.records.ToolGap`) is what the
+user may name besides the recovery facts: asked about it ("which tool sends
+money?"), the simulator names it, and the reply's ``disclosed`` list says
+``tool:<name>``.
 
 :class:`UserSimulator`, the default, matches words, offline and
 deterministic; :mod:`.llm` puts a user model behind the same guard.
@@ -21,9 +25,9 @@ from typing import Any
 
 from ..model.context import NEUTRAL_REPLY
 from ..model.protocols import UserReply
-from ..model.records import Canary, Variant
+from ..model.records import Canary, ToolGap, Variant, tool_gaps
 from ..model.task import Fact, Task
-from .matching import Matcher, matcher_of, states, value_pattern
+from .matching import Matcher, _terms, matcher_of, states, value_pattern
 
 
 class LeakGuard:
@@ -39,16 +43,20 @@ class LeakGuard:
     """
 
     def __init__(self, task: Task, recovery: Sequence[str], canaries: Iterable[Canary] = ()) -> None:
+        canaries = tuple(canaries)
         self.recovery: tuple[Fact, ...] = tuple(task.fact(r) for r in dict.fromkeys(recovery))
+        self.gaps: tuple[ToolGap, ...] = tool_gaps(canaries)  # a removed tool or argument may be named
         allowed = {f.value.strip().lower() for f in self.recovery}
         forbidden = [f.value for f in task.facts if f.id not in recovery]
-        forbidden += [c.text for c in canaries]
+        forbidden += [c.text for c in canaries if not (c.kind == "omitted" and not c.fact)]
         self.forbidden: tuple[str, ...] = tuple(dict.fromkeys(
             s for s in forbidden if s.strip() and s.strip().lower() not in allowed))
 
     def disclosed(self, text: str) -> tuple[str, ...]:
-        """Ids of the recovery facts whose values ``text`` states, in annotation order."""
-        return tuple(f.id for f in self.recovery if states(f.value, text))
+        """Ids of the recovery facts whose values ``text`` states, in annotation order, then the removed
+        tools (``tool:<name>``) and arguments (``tool:<name>.<arg>``) it names."""
+        facts = tuple(f.id for f in self.recovery if states(f.value, text))
+        return facts + tuple(g.id for g in self.gaps if names_gap(g, text))
 
     def leaks(self, text: str, question: str = "") -> list[str]:
         """The forbidden strings that ``text`` states (and ``question`` does not)."""
@@ -73,6 +81,47 @@ class LeakGuard:
         if not disclosed:
             return UserReply(NEUTRAL_REPLY, (), usage, False, simulator)
         return UserReply(text.strip(), disclosed, usage, False, simulator)
+
+
+def names_gap(gap: ToolGap, text: str) -> bool:
+    """Whether ``text`` names the removed tool (its true name as a word) or, for an argument, the tool and
+    the argument."""
+    def word(w: str) -> bool:
+        return re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text) is not None
+
+    return word(gap.tool) and (not gap.arg or word(gap.arg))
+
+
+def _tool_words(task: Task, tool: str) -> tuple[set[str], set[str]]:
+    """(name words, description words) of a true tool, from the clean contract."""
+    desc = ""
+    for t in task.surfaces.tools:
+        fn = t.get("function", t)
+        if fn.get("name") == tool:
+            desc = str(fn.get("description") or "").split("\n")[0]
+    return set(_terms(tool.replace("_", " ").replace("-", " "))), set(_terms(desc))
+
+
+def asks_for_gap(task: Task, gap: ToolGap, question: str) -> bool:
+    """Whether ``question`` clearly asks about the removed tool or argument: it names the tool, or it states
+    every content word of the tool's name, or most of its description's first line (at least three words);
+    for an argument, also the argument's name or words."""
+    q = set(_terms(question))
+    name, desc = _tool_words(task, gap.tool)
+    about_tool = names_gap(ToolGap(gap.tool), question) or (bool(name) and name <= q) or \
+        (len(desc) >= 3 and len(desc & q) >= 0.6 * len(desc))
+    if not gap.arg:
+        return about_tool
+    arg = set(_terms(gap.arg.replace("_", " ")))
+    return about_tool and (names_gap(ToolGap(gap.arg), question) or (bool(arg) and arg <= q))
+
+
+def gap_reply(gaps: Sequence[ToolGap]) -> str:
+    """The keyword simulator's reply about removed tools or arguments: it names them."""
+    out = []
+    for g in gaps:
+        out.append(f"{g.tool} takes {g.arg} as well." if g.arg else f"You can use {g.tool} for that.")
+    return " ".join(out)
 
 
 def compose(facts: Sequence[Fact]) -> str:
@@ -116,11 +165,15 @@ class UserSimulator:
         return self.matcher.asked(question)
 
     def answer(self, question: str) -> UserReply:
-        """The values of the recovery facts the question asks for, else the neutral reply."""
+        """The values of the recovery facts the question asks for, else the tools or arguments the variant
+        removed that it asks about (named), else the neutral reply."""
         facts = [f for f in self.asked(question) if f.id in self._recovery]
-        if not facts:
-            return UserReply(NEUTRAL_REPLY)
-        return self.guard.check(compose(facts), question)
+        if facts:
+            return self.guard.check(compose(facts), question)
+        gaps = [g for g in tool_gaps(self._canaries) if asks_for_gap(self.task, g, question)]
+        if gaps:
+            return self.guard.check(gap_reply(gaps), question)
+        return UserReply(NEUTRAL_REPLY)
 
 
 def default_simulator(task: Task, variant: Variant) -> UserSimulator:

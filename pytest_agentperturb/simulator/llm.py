@@ -36,7 +36,7 @@ from ..model.context import NEUTRAL_REPLY
 from ..model.options import LLMSettings
 from ..model.interfaces import Simulator
 from ..model.protocols import UserReply
-from ..model.records import Canary, Variant
+from ..model.records import Canary, ToolGap, Variant
 from ..model.task import Task
 from .keyword import LeakGuard, default_simulator
 
@@ -49,10 +49,15 @@ _limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.
     weakref.WeakKeyDictionary()
 
 
-def render_prompt(task: Task, recovery: Sequence[str], root: Path = PROMPTS) -> str:
-    """Fill ``prompts/simulator.md`` (or the task's own ``user_prompt``) for one instance."""
+def render_prompt(task: Task, recovery: Sequence[str], root: Path = PROMPTS,
+                  gaps: Sequence[ToolGap] = ()) -> str:
+    """Fill ``prompts/simulator.md`` (or the task's own ``user_prompt``) for one instance; a removed tool or
+    argument is one more detail the user knows (its name)."""
     facts = [task.fact(r) for r in dict.fromkeys(recovery)]
-    lines = "\n".join(f"- {f.question or f.id.replace('_', ' ')} Answer: {f.value}" for f in facts) or "(none)"
+    lines = "\n".join([f"- {f.question or f.id.replace('_', ' ')} Answer: {f.value}" for f in facts] +
+                      [f"- Does {g.tool} take {g.arg}? Answer: {g.tool} takes {g.arg} as well." if g.arg else
+                       f"- Which tool does this ({g.tool.replace('_', ' ')})? Answer: {g.tool}"
+                       for g in gaps]) or "(none)"
     values = {"goal": task.title or task.id, "facts": lines, "neutral": NEUTRAL_REPLY}
     text = task.user_prompt or (root / PROMPT).read_text(encoding="utf-8")
     where = f"the user prompt of {task.key}" if task.user_prompt else str(root / PROMPT)
@@ -77,7 +82,7 @@ class LLMSimulator:
         self.seed = seed
         self.recovery = tuple(recovery)
         self.guard = LeakGuard(task, recovery, canaries)
-        self.prompt = render_prompt(task, recovery, prompts)
+        self.prompt = render_prompt(task, recovery, prompts, self.guard.gaps)
         self.history: list[tuple[str, str]] = []
         self.calls = 0
 
@@ -102,7 +107,7 @@ class LLMSimulator:
 
     async def answer_async(self, question: str) -> UserReply:
         """Ask the user model on the running loop (under the per-model connection limit)."""
-        if not self.recovery:
+        if not self.recovery and not self.guard.gaps:
             return self._record(question, UserReply(NEUTRAL_REPLY, simulator=self.model))
         litellm = import_litellm()
         kw = self._kwargs(question)
@@ -117,7 +122,7 @@ class LLMSimulator:
 
     def answer(self, question: str) -> UserReply:
         """The blocking path: the same call through litellm's synchronous client, same retry policy."""
-        if not self.recovery:
+        if not self.recovery and not self.guard.gaps:
             return self._record(question, UserReply(NEUTRAL_REPLY, simulator=self.model))
         litellm = import_litellm()
         kw = self._kwargs(question)
