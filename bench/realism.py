@@ -14,7 +14,7 @@ Run: ``PYTHONPATH=. python bench/realism.py [--seeds 1-5] [--suite DIR ...]``
 
 The blind-read kit (docs/authoring.md) is the same script with a sub-command:
 
-* ``realism.py items --out DIR [--seed 0] [--suite DIR ...]`` writes ``DIR/items.md`` (one surface text
+* ``realism.py items --out DIR [--seed 0] [--suite DIR|agentdojo:<suite> ...] [--per-suite N]`` writes ``DIR/items.md`` (one surface text
   per item: a request, a policy or the earlier turns; one item per task and surface, perturbed or clean,
   shuffled, never two versions of one text) and ``DIR/key.json`` (what each item is). Give a reader
   only ``items.md``.
@@ -29,13 +29,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from pytest_agentperturb.formats import shipped
-from pytest_agentperturb.formats.native import is_suite, load_tasks
-from pytest_agentperturb.model.errors import VariantSkipped
-from pytest_agentperturb.model.records import Variant
-from pytest_agentperturb.model.task import FAMILIES, IMAGE_OBJECTS, INSERTED, Task
-from pytest_agentperturb.perturb.realism import frame_shares, variant_problems
-from pytest_agentperturb.run import make_engine
+# bench/agentdojo.py and bench/tau2.py would shadow the benchmarks' packages (agentdojo:<suite> items)
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_agentperturb.formats import shipped  # noqa: E402
+from pytest_agentperturb.formats.native import is_suite, load_tasks  # noqa: E402
+from pytest_agentperturb.model.errors import VariantSkipped  # noqa: E402
+from pytest_agentperturb.model.records import Variant  # noqa: E402
+from pytest_agentperturb.model.task import FAMILIES, IMAGE_OBJECTS, INSERTED, Task  # noqa: E402
+from pytest_agentperturb.perturb.realism import frame_shares, variant_problems  # noqa: E402
+from pytest_agentperturb.run import make_engine  # noqa: E402
 
 
 def _seeds(spec: str) -> list[int]:
@@ -62,20 +66,41 @@ def suite_variants(suite: Path, seeds: list[int]) -> tuple[list[tuple[Task, Vari
     return out, skipped
 
 
-def write_items(out: Path, suites: list[Path], seed: int, perturbed_share: float = 2 / 3) -> tuple[int, int]:
-    """The items file and the key (see the module docstring); returns (perturbed, clean) counts."""
+def _suite_tasks(suite: Path | str) -> tuple[str, list[Task]]:
+    """(name, tasks) of a suite folder or a benchmark's named suite (``agentdojo:banking``)."""
+    if isinstance(suite, str) and not Path(suite).exists():
+        from pytest_agentperturb.formats import benchmark_adapter
+        from pytest_agentperturb.model.task import TaskSlot
+
+        adapter = benchmark_adapter(suite)
+        if adapter is None:
+            raise SystemExit(f"{suite}: not a suite folder nor a benchmark name (agentdojo:<suite>, tau2:<domain>)")
+        tasks = [t.load() if isinstance(t, TaskSlot) else t for t in adapter.tasks()]
+        return suite, [t for t in tasks if isinstance(t, Task)]
+    path = Path(suite)
+    return path.name, [t for t in load_tasks(path) if isinstance(t, Task)]
+
+
+def write_items(out: Path, suites: list[Path | str], seed: int, perturbed_share: float = 2 / 3,
+                per_suite: int = 0) -> tuple[int, int]:
+    """The items file and the key (see the module docstring); returns (perturbed, clean) counts.
+
+    ``per_suite`` > 0 draws that many tasks of each suite (seeded); a text already taken (the system message
+    every task of a benchmark suite shares) is never taken twice."""
     import json
     import random
 
     engine = make_engine()
     rng = random.Random(f"blind-read|{seed}")
     items: list[dict[str, str]] = []
+    seen: set[str] = set()
     for suite in suites:
-        for task in load_tasks(suite):
-            if not isinstance(task, Task):
-                continue
+        name, tasks = _suite_tasks(suite)
+        if per_suite and len(tasks) > per_suite:
+            tasks = sorted(rng.sample(tasks, per_suite), key=lambda t: t.id)
+        for task in tasks:
             for target in ("user", "procedure", "context"):
-                entry = {"suite": suite.name, "task": task.id, "surface": target}
+                entry = {"suite": name, "task": task.id, "surface": target}
                 variant = None
                 if rng.random() < perturbed_share:
                     typ = rng.choice(("missing", "redundant", "incorrect"))
@@ -88,8 +113,9 @@ def write_items(out: Path, suites: list[Path], seed: int, perturbed_share: float
                     text = "\n".join(f"{t.role}: {t.content}" for t in surfaces.context)
                 else:
                     text = surfaces.render(target)
-                if not text.strip():
+                if not text.strip() or text.strip() in seen:
                     continue
+                seen.add(text.strip())
                 entry.update(text=text, kind="perturbed" if variant else "clean",
                              family=variant.family if variant else "clean",
                              operator=variant.operator if variant else "none")
@@ -150,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         p = argparse.ArgumentParser(prog="realism.py items")
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--suite", action="append", type=Path)
+        p.add_argument("--suite", action="append", help="suite folder or agentdojo:<suite> (repeatable)")
+        p.add_argument("--per-suite", type=int, default=0, help="draw this many tasks of each suite (default: all)")
         a = p.parse_args(argv[1:])
-        suites = a.suite or sorted(q for q in shipped("suites").iterdir() if is_suite(q))
-        n_pert, n_clean = write_items(a.out, suites, a.seed)
+        suites: list[Path | str] = a.suite or sorted(q for q in shipped("suites").iterdir() if is_suite(q))
+        n_pert, n_clean = write_items(a.out, suites, a.seed, per_suite=a.per_suite)
         sys.stdout.write(f"wrote {a.out / 'items.md'} and {a.out / 'key.json'}\n")
         sys.stdout.write(f"items: {n_pert} perturbed, {n_clean} clean\n")
         return 0
