@@ -470,6 +470,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return check._cmd_check(args)  # a suite or a task: its authored edits and variants
     if not folder.is_dir():
         raise AgentPerturbError(f"{folder}: no such folder; fix: pass the --out folder of 'agentperturb generate'")
+    if args.judge_model or args.judge_fail_above is not None:
+        raise AgentPerturbError(f"{folder}: --judge-model reads the texts of a suite or a task, not a folder of "
+                                "variant manifests; fix: pass the suite folder")
     from ..run import make_engine
 
     n, breaches = verify(folder, make_engine())
