@@ -287,3 +287,15 @@ def test_the_judge_prompt_is_not_part_of_the_generator_cache_key(tmp_path: Path)
     before = prompt_hash(tmp_path / "prompts")
     (tmp_path / "prompts" / "realism_judge.md").unlink()
     assert prompt_hash(tmp_path / "prompts") == before
+
+
+def test_a_gate_with_nothing_judged_fails_and_no_call_is_made() -> None:
+    from pytest_agentperturb.cli.judge import judge, report
+    from pytest_agentperturb.model.options import LLMSettings
+
+    assert judge([], "openai/fake", LLMSettings(api_base="http://127.0.0.1:9/v1")) == []
+    lines, failures = report([], "openai/fake", [], 60, 0, fail_above=0.1)
+    assert lines == ["judge openai/fake: 0 text(s) judged (--judge-max 60, --judge-seed 0): 0 of 0 perturbed, "
+                     "0 of 0 clean; 0 without a verdict"]
+    assert failures == ["judge: --judge-fail-above 0.1: no text to judge, no flag rate to compare"]
+    assert report([], "openai/fake", [], 60, 0)[1] == []

@@ -17,6 +17,11 @@ written and what is wrong; the exit status is 1 on any breach.
 ``--require-authored`` also fails a family that has neither an authored
 edit nor a not-applicable entry (for shipped suites, where every family is
 written by hand).
+
+``--judge-model MODEL`` also has a model read the checked texts blind, one
+at a time (the perturbed surfaces and the clean surfaces of the same
+tasks), and reports its flag rates and the texts it flagged, not as
+breaches (:mod:`.judge`; ``--judge-fail-above RATE`` makes them a gate).
 """
 
 from __future__ import annotations

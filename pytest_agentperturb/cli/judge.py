@@ -265,6 +265,8 @@ def judge(items: Sequence[Item], model: str, settings: LLMSettings, seed: int = 
 
     A rejected key or request raises :class:`AgentPerturbError` (keys redacted).
     """
+    if not items:
+        return []
     try:
         return asyncio.run(_judge(items, model, settings, seed))
     except (AuthenticationError, BadRequestError) as exc:
@@ -309,6 +311,8 @@ def report(verdicts: Sequence[Verdict], model: str, pool: Sequence[Item], limit:
             elif rp > rc + fail_above:
                 failures.append(f"judge {suite}: perturbed flag rate {rp:.3f} exceeds the clean flag rate "
                                 f"{rc:.3f} + {fail_above:g}")
+    if fail_above is not None and not verdicts:
+        failures.append(f"judge: --judge-fail-above {fail_above:g}: no text to judge, no flag rate to compare")
     ordered = sorted(verdicts, key=lambda v: v.item.label)
     for v in ordered:
         if v.flagged:

@@ -500,7 +500,8 @@ def add_commands(sub: Any) -> None:
                    help="variants on the review page (default: 40; drawn with --seed)")
     g.set_defaults(func=_cmd_generate)
     v = sub.add_parser("verify", help="re-check every variant manifest below a folder, or check a suite's "
-                                      "authored edits and variants (seeds 0-4) with the realism lint; "
+                                      "authored edits and variants (seeds 0-4) with the realism lint "
+                                      "(and, with --judge-model, a model's blind read of their texts); "
                                       "exit 1 on any breach.")
     v.add_argument("folder", help="folder written by 'agentperturb generate', or a suite folder, a task folder, "
                                   "agentdojo[:suite] or tau2[:domain]")
