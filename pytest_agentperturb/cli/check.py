@@ -17,6 +17,11 @@ written and what is wrong; the exit status is 1 on any breach.
 ``--require-authored`` also fails a family that has neither an authored
 edit nor a not-applicable entry (for shipped suites, where every family is
 written by hand).
+
+``--judge-model MODEL`` also has a model read the checked texts blind, one
+at a time (the perturbed surfaces and the clean surfaces of the same
+tasks), and reports its flag rates and the texts it flagged, not as
+breaches (:mod:`.judge`; ``--judge-fail-above RATE`` makes them a gate).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.errors import AgentPerturbError, TaskFormatError, VariantSkipped
+from ..model.records import Variant
 from ..model.task import FAMILIES, Task, TaskSlot, parse_families
 
 
@@ -68,8 +74,13 @@ def _tasks(arg: str) -> Iterator[Task | TaskFormatError]:
 
 
 def check_task(task: Task, engine: Any, families: Iterable[str], seeds: list[int],
-               require_authored: bool = False) -> tuple[list[str], Counter[str]]:
-    """(breaches, counts) for one task: see the module docstring."""
+               require_authored: bool = False, collect: list[tuple[Variant, str]] | None = None
+               ) -> tuple[list[str], Counter[str]]:
+    """(breaches, counts) for one task: see the module docstring.
+
+    ``collect``, when given, receives (variant, where it came from) for every authored edit and every
+    rule-made variant checked (for the judge, :mod:`.judge`).
+    """
     from ..perturb.authored import AuthoredOperator
     from ..perturb.engine import variant_of
     from ..perturb.realism import variant_problems
@@ -91,6 +102,8 @@ def check_task(task: Task, engine: Any, families: Iterable[str], seeds: list[int
                     out.append(f"{label}: {exc}")
                     continue
                 v = variant_of(task, family, "authored", 0, edit)
+                if collect is not None:
+                    collect.append((v, "authored, " + e.source.removesuffix(f" ({family})")))
                 problems = engine.check_variant(task, v) + [f"realism: {p}" for p in variant_problems(task, v)]
                 out += [f"{label} {e.source}: {p}" for p in problems]
         elif require_authored:
@@ -110,6 +123,8 @@ def check_task(task: Task, engine: Any, families: Iterable[str], seeds: list[int
             if v.surfaces.render(v.target) != again.surfaces.render(again.target) or v.diff != again.diff:
                 out.append(f"{label} seed {seed}: not deterministic: the same seed gave other bytes")
             if v.operator != "authored":
+                if collect is not None:
+                    collect.append((v, f"{v.operator}, seed {seed}"))
                 out += [f"{label} seed {seed} ({v.operator}): realism: {p}" for p in variant_problems(task, v)]
     return out, counts
 
@@ -119,13 +134,34 @@ def _seeds(spec: str) -> list[int]:
     return list(range(int(lo), int(hi or lo) + 1))
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
-    from ..run import make_engine
+def judge_settings(args: argparse.Namespace) -> Any:
+    """The judge's :class:`~..model.options.LLMSettings` from ``verify``'s ``--api-base``, ``--attempts``... """
+    from ..model.options import Option, resolve
+    from .judge import LLM_OPTIONS
 
+    def lookup(opt: Option) -> tuple[Any, str]:
+        val = getattr(args, opt.dest, None) if opt.dest in LLM_OPTIONS else None
+        return (val, opt.cli_flag) if val is not None else (None, "default")
+
+    return resolve(lookup, Path.cwd()).llm
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from ..model.task import family_parts
+    from ..run import make_engine
+    from . import judge
+
+    model = getattr(args, "judge_model", None)
+    fail_above = judge.fail_rate(getattr(args, "judge_fail_above", None))
+    if fail_above is not None and not model:
+        raise AgentPerturbError("--judge-fail-above needs --judge-model (the model that reads the texts)")
+    settings = judge_settings(args) if model else None  # a bad option stops the command before any check
     engine = make_engine()
     families = [f for f in parse_families(args.families)] if args.families else list(FAMILIES)
+    targets = [family_parts(f)[0] for f in families]
     breaches: list[str] = []
     total: Counter[str] = Counter()
+    pool: list[judge.Item] = []
     n = 0
     for item in _tasks(args.folder):
         if isinstance(item, TaskFormatError):
@@ -134,15 +170,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
         if args.task and item.id not in args.task:
             continue
         n += 1
-        found, counts = check_task(item, engine, families, _seeds(args.seeds), args.require_authored)
+        collect: list[tuple[Variant, str]] | None = [] if model else None
+        found, counts = check_task(item, engine, families, _seeds(args.seeds), args.require_authored, collect)
         breaches += found
         total += counts
+        if collect is not None:
+            pool += judge.task_items(item, targets, collect)
     for b in breaches:
         sys.stdout.write(b + "\n")
     summary = ", ".join(f"{k} {v}" for k, v in sorted(total.items()))
     sys.stdout.write(f"verified {n} task(s), seeds {args.seeds}: {summary or 'nothing to check'}; "
                      f"{len(breaches)} breach(es)\n")
-    return 1 if breaches or n == 0 else 0
+    failed = False
+    if model and settings is not None:
+        picked = judge.draw(pool, args.judge_max, args.judge_seed)
+        verdicts = judge.judge(picked, model, settings, args.judge_seed)
+        lines, failures = judge.report(verdicts, model, pool, args.judge_max, args.judge_seed, fail_above)
+        for line in lines + failures:
+            sys.stdout.write(line + "\n")
+        failed = bool(failures)
+    return 1 if breaches or n == 0 or failed else 0
 
 
 def describe_task(task: Task, engine: Any) -> str:
@@ -210,6 +257,24 @@ def add_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--seeds", default="0-4", metavar="A-B", help="seeds of the rule-made variants (default: 0-4)")
     v.add_argument("--require-authored", action="store_true",
                    help="fail a family that has neither an authored edit nor a not_applicable entry")
+    from ..model.options import OPTIONS
+    from .judge import DEFAULT_MAX, LLM_OPTIONS
+
+    j = v.add_argument_group("judge", "a model reads the checked texts blind, one at a time, and says whether "
+                                      "each reads as genuine or edited (reported, not breaches)")
+    j.add_argument("--judge-model", default=None, metavar="MODEL",
+                   help="litellm model name of the judge (e.g. openai/gpt-4o-mini); off by default")
+    j.add_argument("--judge-max", type=int, default=DEFAULT_MAX, metavar="N",
+                   help=f"at most N calls (default: {DEFAULT_MAX}; a third on clean texts), drawn with --judge-seed")
+    j.add_argument("--judge-seed", type=int, default=0, metavar="N",
+                   help="seed of the draw of the texts judged (default: 0)")
+    j.add_argument("--judge-fail-above", type=float, default=None, metavar="RATE",
+                   help="exit 1 when a suite's perturbed flag rate exceeds its clean flag rate + RATE")
+    by_dest = {o.dest: o for o in OPTIONS}
+    for dest in LLM_OPTIONS:
+        o = by_dest[dest]
+        j.add_argument(o.cli_flag, o.flag, dest=dest, default=None, metavar=o.metavar,
+                       help=f"{o.help} (for the judge model)")
 
 
 __all__ = ["add_arguments", "add_show", "check_task", "describe_task", "is_named_suite"]

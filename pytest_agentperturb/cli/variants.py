@@ -470,6 +470,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return check._cmd_check(args)  # a suite or a task: its authored edits and variants
     if not folder.is_dir():
         raise AgentPerturbError(f"{folder}: no such folder; fix: pass the --out folder of 'agentperturb generate'")
+    if args.judge_model or args.judge_fail_above is not None:
+        raise AgentPerturbError(f"{folder}: --judge-model reads the texts of a suite or a task, not a folder of "
+                                "variant manifests; fix: pass the suite folder")
     from ..run import make_engine
 
     n, breaches = verify(folder, make_engine())
@@ -497,7 +500,8 @@ def add_commands(sub: Any) -> None:
                    help="variants on the review page (default: 40; drawn with --seed)")
     g.set_defaults(func=_cmd_generate)
     v = sub.add_parser("verify", help="re-check every variant manifest below a folder, or check a suite's "
-                                      "authored edits and variants (seeds 0-4) with the realism lint; "
+                                      "authored edits and variants (seeds 0-4) with the realism lint "
+                                      "(and, with --judge-model, a model's blind read of their texts); "
                                       "exit 1 on any breach.")
     v.add_argument("folder", help="folder written by 'agentperturb generate', or a suite folder, a task folder, "
                                   "agentdojo[:suite] or tau2[:domain]")

@@ -73,7 +73,7 @@ class Rejected(Exception):
 
 
 #: Templates in ``prompts/`` that are not the generator's (they do not enter its cache key).
-OTHER_PROMPTS = ("simulator.md",)
+OTHER_PROMPTS = ("simulator.md", "realism_judge.md")
 
 
 def prompt_hash(root: Path = PROMPTS) -> str:
