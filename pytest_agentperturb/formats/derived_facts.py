@@ -135,6 +135,9 @@ def _leaves(args: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
                 yield arg, v
 
 
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "next")
+
+
 def _unique(base: str, taken: set[str], form: str) -> str:
     """``base``, or ``form`` filled with base and 2, 3, ... until it is not taken."""
     name, i = base, 1
@@ -173,26 +176,36 @@ def derive_facts(prompt: str, procedure: str, calls: Sequence[tuple[str, Mapping
     def known(v: Any) -> bool:
         return any(f.value in spellings(v) for f in facts)
 
-    stated: dict[str, tuple[str, str]] = {}  # value as the prompt writes it -> (tool, argument)
-    for tool, args in calls:
+    stated: dict[str, tuple[str, str, int]] = {}  # value as the prompt writes it -> (tool, argument, call)
+    for i, (tool, args) in enumerate(calls):
         for arg, v in _leaves(args):
             sp = next((s for s in spellings(v) if len(s) >= 2 and stated_at(prompt, s) >= 0), None)
             if sp is not None and not any(s in stated for s in spellings(v)):
-                stated[sp] = (tool, arg)
-    for value, (tool, arg) in stated.items():
-        q = _unique(f"Which {arg.replace('_', ' ')} should I use for {tool}?", questions, "{base} (item {i})")
+                stated[sp] = (tool, arg, i)
+
+    def which_call(tool: str, i: int) -> str:
+        """``tool``, or "the second <tool> call" where the gold calls it more than once (the user can tell
+        the questions apart)."""
+        same = [j for j, (t, _) in enumerate(calls) if t == tool]
+        return f"the {_ORDINALS[min(same.index(i), len(_ORDINALS) - 1)]} {tool} call" if len(same) > 1 else tool
+
+    for value, (tool, arg, i) in stated.items():
+        q = _unique(f"Which {arg.replace('_', ' ')} should I use for {which_call(tool, i)}?", questions,
+                    "{base} (item {i})")
         fact = stated_fact(fact_id(arg), value, "user", prompt, q, [o for o in stated if o != value])
         facts += [fact] if fact is not None else []
     context: tuple[Turn, ...] = ()
-    lookups = ((tool, arg, v) for tool, args in calls if tool.startswith(READ_VERBS) for arg, v in args.items())
-    for tool, arg, v in lookups:
+    lookups = ((tool, arg, v, i) for i, (tool, args) in enumerate(calls) if tool.startswith(READ_VERBS)
+               for arg, v in args.items())
+    for tool, arg, v, i in lookups:
         val = plain(v)
         if (not 2 <= len(val) <= 80 or known(v) or val in prompt or val in procedure
                 or re.search(r"[\n\t]|[.!?]\s", val)):
             continue  # a value the agent looks things up with, never one it must compute or write
         what = label(schemas.get(tool, {}), arg)
         turn = f"I will send you a request in a moment. One detail you will need for it: {what} is {val}"
-        q = _unique(f"What was {what} you mentioned before your request ({tool})?", questions, "{base} ({i})")
+        q = _unique(f"What was {what} you mentioned before your request ({which_call(tool, i)})?", questions,
+                    "{base} ({i})")
         fact = stated_fact(fact_id(arg), val, "context", turn, q)
         if fact is not None:
             facts.append(fact)
