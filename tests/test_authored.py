@@ -124,3 +124,27 @@ def test_the_digest_covers_the_edits_but_not_where_they_were_read(offsite: Path,
     edits = other / "edits.toml"
     edits.write_text(edits.read_text().replace("Hafenstrasse bakery", "Hafenstrasse deli"))
     assert load_task(offsite, "s").digest() != load_task(other, "s").digest()
+
+
+def test_an_edit_may_give_passages_of_a_long_surface_instead_of_the_whole_text(offsite: Path) -> None:
+    edits = offsite / "edits.toml"
+    text = edits.read_text()
+    start = text.index('[[edit]]\nfamily = "procedure-incorrect"')
+    end = text.index("[[edit]]", start + 5)
+    edits.write_text(text[:start] + text[end:] + '\n[[edit]]\nfamily = "procedure-incorrect"\n'
+                     'note = "the policy names another room"\n'
+                     'replace = [{ old = \'Book room "Fjord" for offsites; it is the only room that seats twelve.\', '
+                     'new = \'Book room "Delta" for offsites; it is the only room that seats twelve.\' }]\n'
+                     'wrong = { room = "Delta" }\n')
+    task = load_task(offsite, "s")
+    v = ENGINE.make_variant(task, "procedure-incorrect", 0)
+    assert v.operator == "authored" and 'Book room "Delta"' in v.surfaces.procedure
+    assert v.surfaces.procedure.replace('"Delta"', '"Fjord"') == task.surfaces.procedure
+    assert ENGINE.check_variant(task, v) == []
+    # a passage the clean text does not hold exactly once is an authoring error, named
+    edits.write_text(edits.read_text().replace("old = 'Book room", "old = 'Reserve room"))
+    with pytest.raises(VariantSkipped, match="occurs 0 times in the clean procedure"):
+        ENGINE.make_variant(load_task(offsite, "s"), "procedure-incorrect", 0)
+    edits.write_text(edits.read_text().replace("replace = [{ old", "replace = [{ odl"))
+    with pytest.raises(TaskFormatError, match="replace"):
+        load_task(offsite, "s")

@@ -86,7 +86,7 @@ from ..model.errors import OptionError, TaskFormatError, ToolError, VariantSkipp
 from ..model.protocols import GradeResult, Observation
 from ..model.records import Canary, Injection, Variant
 from ..model.interfaces import Edit
-from .authored import load_pack
+from .authored import adapter_pack, pack_entry
 from ..model.task import Surfaces, Task, TaskSlot
 from .benchmark import BenchmarkAdapter
 from .derived_facts import Derived, derive_facts
@@ -479,14 +479,11 @@ class SuiteData:
     def pack(self) -> dict[str, Authored]:
         """The suite's authored edits by task id (``agentdojo_edits/<suite>.toml`` and any
         ``<suite>-<part>.toml``; ``*``: every task's), read once."""
-        folder = Path(__file__).parent / "agentdojo_edits"
-        files = sorted(p for p in folder.glob(f"{self.name}*.toml")
-                       if p.stem == self.name or p.stem.startswith(f"{self.name}-"))
-        return load_pack(*files) if files else {}
+        return adapter_pack(Path(__file__).parent / "agentdojo_edits", self.name)
 
     def authored(self, task_id: str) -> Authored:
         """The task's authored edits from the suite's pack."""
-        return self.pack.get(task_id) or self.pack.get("*") or Authored()
+        return pack_entry(self.pack, task_id)
 
     def _notes(self, ut: Any, got: Derived) -> tuple[str, ...]:
         notes = []

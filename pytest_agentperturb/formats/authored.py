@@ -43,7 +43,7 @@ from ..model.vocab import FAMILIES, Turn, family_parts
 EDITS_FILE = "edits.toml"
 
 _SURFACE_KEYS: dict[str, str] = {"user": "user", "procedure": "procedure", "context": "context", "tool": "tools"}
-_EDIT_KEYS = frozenset({"family", "note", "user", "procedure", "context", "tools", "wrong", "inverted",
+_EDIT_KEYS = frozenset({"family", "note", "user", "procedure", "context", "tools", "replace", "wrong", "inverted",
                         "canaries", "recovery", "task"})
 
 
@@ -91,13 +91,22 @@ def parse_edit(path: Path | str, index: int, raw: Any) -> AuthoredEdit:
         raise TaskFormatError(path, f"{where}.family", f"one of {', '.join(FAMILIES)}", repr(family)[:80])
     target, typ = family_parts(family)
     surface_key = _SURFACE_KEYS[target]
-    given = [k for k in _SURFACE_KEYS.values() if k in raw]
-    if given != [surface_key]:
-        raise TaskFormatError(path, where, f"exactly one surface, '{surface_key}' (the {family} target)",
+    given = [k for k in (*_SURFACE_KEYS.values(), "replace") if k in raw]
+    if given != [surface_key] and not (given == ["replace"] and target in ("user", "procedure")):
+        raise TaskFormatError(path, where, f"exactly one surface, '{surface_key}' (the {family} target)"
+                              + (" or replace = [{old, new}, ...]" if target in ("user", "procedure") else ""),
                               ", ".join(given) or "none", f"write the new {target} surface as {surface_key} = ...")
     source = f"{path} {where} ({family})"
     kw: dict[str, Any] = {}
-    if target in ("user", "procedure"):
+    if given == ["replace"]:
+        pairs = raw["replace"]
+        if not (isinstance(pairs, list) and pairs and all(
+                isinstance(r, dict) and set(r) == {"old", "new"} and isinstance(r["old"], str) and r["old"]
+                and isinstance(r["new"], str) for r in pairs)):
+            raise TaskFormatError(path, f"{where}.replace", "a non-empty list of {old = \"...\", new = \"...\"}",
+                                  repr(pairs)[:120], "give each passage of the clean text and what it becomes")
+        kw["replace"] = tuple((r["old"], r["new"]) for r in pairs)
+    elif target in ("user", "procedure"):
         if not isinstance(raw[surface_key], str) or not raw[surface_key].strip():
             raise TaskFormatError(path, f"{where}.{surface_key}", "the whole new text", repr(raw[surface_key])[:80])
         kw[surface_key] = raw[surface_key]
@@ -211,4 +220,16 @@ def load_pack(path: Path, *more: Path) -> dict[str, Authored]:
     return out
 
 
-__all__ = ["EDITS_FILE", "load_edits", "load_pack", "parse", "parse_edit"]
+def adapter_pack(folder: Path, name: str) -> dict[str, Authored]:
+    """The pack of an adapter's suite or domain ``name`` in ``folder``: ``<name>.toml`` and any
+    ``<name>-<part>.toml`` (empty when there is none)."""
+    files = sorted(p for p in Path(folder).glob(f"{name}*.toml") if p.stem == name or p.stem.startswith(f"{name}-"))
+    return load_pack(*files) if files else {}
+
+
+def pack_entry(pack: Mapping[str, Authored], task_id: str) -> Authored:
+    """A task's authored edits in a pack (its own entries, else the ``task = "*"`` ones)."""
+    return pack.get(task_id) or pack.get("*") or Authored()
+
+
+__all__ = ["EDITS_FILE", "adapter_pack", "load_edits", "load_pack", "pack_entry", "parse", "parse_edit"]

@@ -53,10 +53,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..model.authored import Authored
 from ..model.errors import OptionError, TaskFormatError, ToolError
 from ..model.protocols import GradeResult
 from ..model.records import Injection
 from ..model.task import Surfaces, Task, TaskSlot
+from .authored import adapter_pack, pack_entry
 from .benchmark import BenchmarkAdapter
 from .tau2_scenario import Scenario, derive, held_text, opening_request, user_prompt
 
@@ -280,6 +282,12 @@ class DomainData:
         self.schemas = {t["function"]["name"]: t["function"] for t in self.tools}
         self.tau2_tasks = {f"{name}-t{int(t.id):03d}": t for t in self.module.get_tasks()}
 
+    @functools.cached_property
+    def pack(self) -> dict[str, Authored]:
+        """The domain's authored edits by task id (``tau2_edits/<domain>.toml`` and any
+        ``<domain>-<part>.toml``; ``*``: every task's), read once."""
+        return adapter_pack(Path(__file__).parent / "tau2_edits", self.name)
+
     def constructor(self, solo_mode: bool = False) -> Any:
         """A fresh tau2 environment of the domain on a private copy of its database (what the evaluator builds)."""
         return self.module.get_environment(db=pickle.loads(self._db), solo_mode=solo_mode)
@@ -316,6 +324,7 @@ class DomainData:
             facts=sc.facts, solution=sc.steps, answer=answer, grader=Tau2Grader(self, t),
             environment=functools.partial(self.environment, t), tools=self.tool_names,
             notes=self._notes(t, sc), held=sc.held, user_prompt=user_prompt(self.lib.guidelines, str(ins)),
+            authored=pack_entry(self.pack, task_id),
             fingerprint={"tau2": f"{REQUIREMENT} {self.name}/{t.id}".encode(),
                          "task": t.model_dump_json().encode(), "held": json.dumps(sc.held).encode()},
         )

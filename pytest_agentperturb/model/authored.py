@@ -55,9 +55,11 @@ class ToolChange:
 class AuthoredEdit:
     """One authored edit of one surface of one task, for one family.
 
-    Exactly one of ``user``, ``procedure``, ``context`` and ``tools`` is set:
-    the whole new text of the request or the policy, the whole new list of
-    earlier turns, or the changes of the tool contract.
+    Exactly one of ``user``, ``procedure``, ``context``, ``tools`` and
+    ``replace`` is set: the whole new text of the request or the policy, the
+    whole new list of earlier turns, the changes of the tool contract, or
+    passages of the clean request or policy and what each becomes (for a long
+    policy: each ``old`` must occur exactly once in the clean text).
 
     Attributes:
         family: the family it instantiates (``user-missing``, ...).
@@ -81,6 +83,7 @@ class AuthoredEdit:
     procedure: str | None = None
     context: tuple[Turn, ...] | None = None
     tools: tuple[ToolChange, ...] = ()
+    replace: tuple[tuple[str, str], ...] = ()
     wrong: Mapping[str, str] = field(default_factory=dict)
     inverted: tuple[str, ...] = ()
     canaries: tuple[str, ...] = ()

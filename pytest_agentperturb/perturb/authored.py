@@ -113,7 +113,15 @@ class AuthoredOperator:
                                  f"{', '.join(sorted(known)) or 'none'})")
         canaries: list[Canary] = []
         s = task.surfaces
-        if target == "user":
+        if e.replace:
+            text = s.render(target)
+            for old, new_text in e.replace:
+                if text.count(old) != 1:
+                    raise VariantSkipped(f"{e.source}: the passage {old[:60]!r} occurs {text.count(old)} times in "
+                                         f"the clean {target} (it must occur exactly once)")
+                text = text.replace(old, new_text)
+            new = replace(s, user=text) if target == "user" else replace(s, procedure=text)
+        elif target == "user":
             new = replace(s, user=e.user or "")
         elif target == "procedure":
             new = replace(s, procedure=e.procedure or "")
