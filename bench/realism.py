@@ -18,6 +18,9 @@ The blind-read kit (docs/authoring.md) is the same script with a sub-command:
   per item: a request, a policy or the earlier turns; one item per task and surface, perturbed or clean,
   shuffled, never two versions of one text) and ``DIR/key.json`` (what each item is). Give a reader
   only ``items.md``.
+* ``realism.py world --suite S [--seeds 0-4]`` counts where the wrong values of the incorrect variants
+  come from: the task's world (environment state, tool contract), the replaced value's shape, or neither
+  (listed). Last line ``world_or_shape: <share>``.
 * ``realism.py score --key DIR/key.json --verdicts FILE`` scores the reader's verdicts (one line per
   item, ``<id> genuine`` or ``<id> edited``) against the key: the flag rate on perturbed and on clean
   items, per suite, type and operator. Last line ``flag_gap: <perturbed rate - clean rate>``.
@@ -94,12 +97,18 @@ def write_items(out: Path, suites: list[Path | str], seed: int, perturbed_share:
     rng = random.Random(f"blind-read|{seed}")
     items: list[dict[str, str]] = []
     seen: set[str] = set()
+    shared: set[str] = set()  # clean texts already drawn from (a near copy of one would give an edit away)
     for suite in suites:
         name, tasks = _suite_tasks(suite)
         if per_suite and len(tasks) > per_suite:
             tasks = sorted(rng.sample(tasks, per_suite), key=lambda t: t.id)
         for task in tasks:
             for target in ("user", "procedure", "context"):
+                clean_text = task.surfaces.render(target).strip()
+                if clean_text not in ("", "[]"):
+                    if clean_text in shared:
+                        continue  # a surface the suite's tasks share (a benchmark's system message): read once
+                    shared.add(clean_text)
                 entry = {"suite": name, "task": task.id, "surface": target}
                 variant = None
                 if rng.random() < perturbed_share:
@@ -136,6 +145,58 @@ def write_items(out: Path, suites: list[Path | str], seed: int, perturbed_share:
     (out / "key.json").write_text(json.dumps(key, indent=1, sort_keys=True), encoding="utf-8")
     n_pert = sum(1 for k in key.values() if k["kind"] == "perturbed")
     return n_pert, len(key) - n_pert
+
+
+def _shape(value: str) -> str:
+    """A value's shape: letters and digits by class, runs collapsed (``GB29NWBK...`` -> ``A9A9``)."""
+    import re
+
+    out = re.sub(r"[A-Z]", "A", re.sub(r"[a-z]", "a", re.sub(r"[0-9]", "9", value)))
+    return re.sub(r"(.)\1+", r"\1", out)
+
+
+def world_values(suites: list[Path | str], seeds: list[int]) -> list[str]:
+    """Where the wrong values of the incorrect variants come from (issue: at least 95 % from the task's world
+    or of the replaced value's shape): per suite, how many come from the environment's initial state or the
+    tool contract, how many only keep the shape, how many neither (listed)."""
+    import json
+
+    engine = make_engine()
+    out: list[str] = []
+    total = good = 0
+    for suite in suites:
+        name, tasks = _suite_tasks(suite)
+        counts = {"world": 0, "shape": 0, "neither": 0}
+        odd: list[str] = []
+        for task in tasks:
+            env = task.environment()
+            world = json.dumps(env.snapshot(), default=str, ensure_ascii=False) + task.surfaces.render("tool")
+            done: set[tuple[str, str]] = set()
+            for family in FAMILIES:
+                if not family.endswith("incorrect"):
+                    continue
+                for seed in seeds:
+                    try:
+                        v = engine.make_variant(task, family, seed)
+                    except VariantSkipped:
+                        continue
+                    for c in v.canaries:
+                        if c.kind != "value" or not c.fact or (family, c.text) in done:
+                            continue
+                        done.add((family, c.text))
+                        true = task.fact(c.fact).value
+                        where = "world" if c.text in world else "shape" if _shape(c.text) == _shape(true) else "neither"
+                        counts[where] += 1
+                        if where == "neither":
+                            odd.append(f"  {task.id} {family} ({v.operator}): {true!r} -> {c.text!r}")
+        n = sum(counts.values())
+        total += n
+        good += counts["world"] + counts["shape"]
+        out.append(f"{name}: {n} wrong values: from the world {counts['world']}, same shape {counts['shape']}, "
+                   f"neither {counts['neither']}")
+        out += odd
+    out.append(f"world_or_shape: {good / total if total else float('nan'):.3f}")
+    return out
 
 
 def score(key_path: Path, verdicts_path: Path) -> list[str]:
@@ -183,6 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         n_pert, n_clean = write_items(a.out, suites, a.seed, per_suite=a.per_suite)
         sys.stdout.write(f"wrote {a.out / 'items.md'} and {a.out / 'key.json'}\n")
         sys.stdout.write(f"items: {n_pert} perturbed, {n_clean} clean\n")
+        return 0
+    if argv[:1] == ["world"]:
+        p = argparse.ArgumentParser(prog="realism.py world")
+        p.add_argument("--suite", action="append", required=True, help="suite folder or agentdojo:<suite>")
+        p.add_argument("--seeds", default="0-4")
+        a = p.parse_args(argv[1:])
+        sys.stdout.write("\n".join(world_values(a.suite, _seeds(a.seeds))) + "\n")
         return 0
     if argv[:1] == ["score"]:
         p = argparse.ArgumentParser(prog="realism.py score")
