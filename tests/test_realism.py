@@ -17,7 +17,7 @@ from pytest_agentperturb.model.task import FAMILIES, INSERTED, TARGETS, Fact, Ta
 from pytest_agentperturb.perturb import bank, builtin_operators
 from pytest_agentperturb.perturb.decoys import has_tell, world_values
 from pytest_agentperturb.perturb.phrasing import invert_rule, vague_rewrites
-from pytest_agentperturb.perturb.realism import OLD_FRAMES, frame, frame_shares, shape_problems, variant_problems
+from pytest_agentperturb.perturb.realism import OLD_FRAMES, POINTERS, frame, frame_shares, shape_problems, variant_problems
 from pytest_agentperturb.perturb.world import gold_text, world_of
 from pytest_agentperturb.run import make_engine
 
@@ -203,8 +203,8 @@ _FILE = Fact("file_name", "board-q3-2026.pdf", ("user",), pattern=r"\(([a-z0-9-]
 
 
 @pytest.mark.parametrize("fact,sentence,expected", [
-    (_ROOM, '- Book room "Fjord" for offsites.', "- Book the room we normally use for offsites."),
-    (_FOLDER, "- File the invoice PDF in the folder /finance/payable.", "- File the invoice PDF in the usual folder."),
+    (_ROOM, '- Book room "Fjord" for offsites.', "- Book a room for offsites."),
+    (_FOLDER, "- File the invoice PDF in the folder /finance/payable.", "- File the invoice PDF in a folder."),
     (_FILE, "Please share the Q3 board report (board-q3-2026.pdf) with Helga.",
      "Please share the Q3 board report with Helga."),
 ])
@@ -213,6 +213,7 @@ def test_a_vague_reference_replaces_the_whole_phrase(fact: Fact, sentence: str, 
     assert expected in rewrites
     for r in rewrites:
         assert fact.value not in r and '"the' not in r and not shape_problems(r), r
+        assert not any(p.lower() in r.lower() for p in POINTERS), r  # nothing points at what is gone
 
 
 @pytest.mark.parametrize("sentence,value,expected", [

@@ -185,7 +185,7 @@ def _adverbial(fact: Fact, before: str, after: str) -> list[str]:
     m = re.search(r"\b([\w-]+)\s+(?:to|at|in|on|into|under)\s+$", before)
     if not m or m.group(1).lower() not in noun_words(fact):
         return []
-    return [before[:m.end(1)] + " " + a + after for a in bank.words("phrasing", "vague", "adverbial")]
+    return [before[:m.end(1)] + (" " + a if a else "") + after for a in bank.words("phrasing", "vague", "adverbial")]
 
 
 # -- inverted rules -----------------------------------------------------------------------------

@@ -76,6 +76,12 @@ TELL_PHRASES: tuple[str, ...] = (
     "the way we always do", "the one we agreed on", "the priority we agreed on", "the day we agreed on",
     "from earlier", "I will use it when your request comes", "informational only", "no action required",
 )
+#: Pointers to something never said: what a missing edit must not leave where the fact was (in added
+#: content of another type they are ordinary English: "Helga files it for us as usual").
+POINTERS: tuple[str, ...] = (
+    "we agreed on", "we discussed", "I mentioned", "I told you about", "the usual ", "our usual", "as usual",
+    "we normally use", "we always use", "as last time", "as we normally do",
+)
 _DOUBLED = re.compile(r"\b(on|the|a|to|of|in|for|at|and|is|we)\s+\1\b", re.I)
 
 
@@ -139,6 +145,9 @@ def variant_problems(task: Task, variant: Variant) -> list[str]:
     out = []
     for sent in added_sentences(task, variant):
         out += [f"{p} [in: {sent[:120]!r}]" for p in shape_problems(sent)]
+        if variant.type == "missing":
+            out += [f"a pointer to what is no longer said: {p!r} [in: {sent[:120]!r}]" for p in POINTERS
+                    if p.lower() in sent.lower()]
     for c in variant.canaries:
         if c.kind in ("value", "text") and c.fact:
             try:
