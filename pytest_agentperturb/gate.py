@@ -573,6 +573,17 @@ def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episo
                                            f"no pairs comparable with the {versus.label}"))
         for r in mine.itertuples(index=False):
             d = float(r.delta)
+            subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
+            if math.isnan(d):
+                verdict.breaches.append(Breach(flag, subj, math.nan, limit, "change in D",
+                                               "D undefined on one side (clean score 0)"))
+                continue
+            if thresholds.gate_on == "significant" and float(r.ci_low) == float(r.ci_high) and d > limit:
+                verdict.breaches.append(Breach(
+                    flag, subj, d, limit, "change in D",
+                    f"the bootstrap interval of the change is degenerate (every replicate {d:+.1f} points), which is "
+                    "not evidence under significant; add tasks or repeats"))
+                continue
             if exceeds(thresholds.gate_on, d, float(r.ci_low), float(r.ci_high), limit):
                 subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
                 verdict.breaches.append(IntervalBreach(

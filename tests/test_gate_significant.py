@@ -120,3 +120,29 @@ def test_analyze_on_the_issue_case(tmp_path: Path, caplog: pytest.LogCaptureFixt
     assert main(args) == 0
     assert "whole 95 % interval lies above" not in caplog.text
     assert json.loads(out.read_text())["gate"]["failed"] is False
+
+
+def test_the_summary_states_the_smallest_detectable_drop() -> None:
+    from pytest_agentperturb.analysis import analyze, summary, summary_lines
+
+    a = analyze(_sparse(), replicates=100, permutations=100)
+    (line,) = summary_lines(a)
+    assert "detectable drop: none up to 100 % (80% power, one-sided 2.5%)" in line
+    assert "bootstrap replicate(s) with clean 0 (no D)" in line
+    deg = summary(a)["degradation"][0]
+    assert 0 < deg["p_exact"] <= 1
+    assert deg["n_boot_undefined"] > 0
+
+
+def test_a_degenerate_change_against_a_baseline_is_not_evidence() -> None:
+    from pytest_agentperturb.analysis import analyze
+
+    def run(rid: str, p: float) -> pd.DataFrame:
+        return normalise(pd.DataFrame([{"run_id": rid, "model": "m", "suite": "s", "task": f"t{i}", "family": f,
+                                        "reward": 1.0 if f == "clean" else p} for i in range(4)
+                                       for f in ("clean", "tool-missing")]))
+
+    a = analyze(run("new", 0.0), replicates=100, permutations=100, baseline=run("old", 1.0))
+    v = gate.evaluate(gate.parse({"max_regression": "5", "gate_on": "significant"}), a)
+    (b,) = v.breaches
+    assert v.failed and "degenerate" in b.reason and "not evaluated" in b.line()
