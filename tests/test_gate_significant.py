@@ -146,3 +146,18 @@ def test_a_degenerate_change_against_a_baseline_is_not_evidence() -> None:
     v = gate.evaluate(gate.parse({"max_regression": "5", "gate_on": "significant"}), a)
     (b,) = v.breaches
     assert v.failed and "degenerate" in b.reason and "not evaluated" in b.line()
+
+
+def test_pass_hat_curve_for_every_k() -> None:
+    from pytest_agentperturb.analysis.repeats import pass_hat_curve, repeat_stats
+
+    assert pass_hat_curve(np.array([3.0, 4.0, 2.0]), 4) == pytest.approx([0.75, 10 / 18, (1 + 4 + 0) / 12, 1 / 3])
+    rows = []
+    for t, c in (("a", 3), ("b", 4), ("c", 2)):
+        for r in range(4):
+            key = {"model": "m", "suite": "s", "task": t, "repeat": r}
+            rows += [{**key, "family": "clean", "reward": float(r < c)},
+                     {**key, "family": "tool-missing", "reward": 0.0}]
+    st = repeat_stats(normalise(pd.DataFrame(rows)), replicates=50).set_index("family")
+    curve = st.loc["clean", "pass_hat_curve"]
+    assert curve[0] == pytest.approx(st.loc["clean", "pass_at_1"]) and curve[-1] == st.loc["clean", "pass_hat_k"]

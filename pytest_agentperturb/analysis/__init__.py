@@ -228,6 +228,9 @@ def extra_summary_lines(a: Analysis) -> list[str]:
                 r = c.iloc[0]
                 head += (f": clean pass@1 {r['pass_at_1']:.2f}  pass^k {r['pass_hat_k']:.2f}  "
                          f"pass@k {r['pass_at_k']:.2f}  noise floor (clean-vs-clean flips) {r['noise_floor']:.2f}")
+                curve = r.get("pass_hat_curve")
+                if isinstance(curve, list) and len(curve) > 2:
+                    head += f"  pass^k for k = 1..{len(curve)}: " + " ".join(f"{x:.2f}" for x in curve)
             lines.append(head)
             lines.append(f"{'':<35} families not distinguishable from noise: {', '.join(quiet) or 'none'} "
                          f"({len(quiet)} of {len(fams)})")

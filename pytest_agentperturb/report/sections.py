@@ -42,6 +42,8 @@ def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
     """One cell, formatted and escaped."""
     if kind == "model":
         return model_cell(v, base)
+    if kind == "curve":
+        return " ".join("–" if x != x else f"{x:.2f}" for x in v) if isinstance(v, (list, tuple)) else "–"
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if kind == "pct":
@@ -269,7 +271,8 @@ def repeats(a: Analysis) -> str:
             + table(t, baselines=baselines(a), cols=[
                 ("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"), ("k", "k", "i"),
                 ("tasks", "n_tasks", "i"), ("pass@1", "pass_at_1", "rate"), ("pass^k", "pass_hat_k", "rate"),
-                ("pass@k", "pass_at_k", "rate"), ("flip rate", "flip_rate", "rate"),
+                ("pass@k", "pass_at_k", "rate"), ("pass^1..pass^k", "pass_hat_curve", "curve"),
+                ("flip rate", "flip_rate", "rate"),
                 ("noise floor", "noise_floor", "rate"), ("excess", "excess", "f3"), ("95% CI", "excess_ci", "s"),
                 ("verdict", "verdict", "s"), ("D", "relative_drop", "pct"), ("D 95% CI", "d_ci", "s")]))
 
