@@ -17,9 +17,14 @@ models.
 
 Maxima (drops and the regression against a baseline run) are judged by the
 rule of ``--agentperturb-gate-on`` (:data:`RULES`): ``point`` compares the
-estimate with the limit (today's behaviour, the default); ``significant``
-breaches only when the whole 95 % interval lies above the limit;
-``conservative`` breaches when any part of it does (:func:`exceeds`).
+estimate with the limit (today's behaviour, the default); ``conservative``
+breaches when any part of the 95 % interval lies above the limit
+(:func:`exceeds`); ``significant`` breaches a drop only when a one-sided test
+at 2.5 % rejects "D <= limit" after Holm's correction over the levels of the
+threshold (:func:`_candidate`, :func:`_decide`; docs/design.md section 5),
+and the regression when the whole (non-degenerate) interval lies above it.
+Where the clean score is 0 the threshold is not evaluated (it fails, with
+the reason).  Notes say when a limit sits below what the run can detect.
 Minima (clean score, bypass rate) are judged on the estimate.
 """
 
@@ -48,7 +53,7 @@ ALL = "*"
 #: How a maximum is judged (``--agentperturb-gate-on``), and what each rule means in a breach line.
 RULES: dict[str, str] = {
     "point": "the estimate is above the limit",
-    "significant": "a one-sided test at 2.5 % rejects D <= limit, family-wise corrected (Holm)",
+    "significant": "the whole 95 % interval lies above the limit",
     "conservative": "part of the 95 % interval lies above the limit",
 }
 
@@ -144,7 +149,7 @@ class TestBreach(IntervalBreach):
         extra = f"; {self.detail}" if self.detail else ""
         return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} "
                 f"{_value(self.measured, self.what)} ({ci}) > limit {_value(self.limit, self.what, limit=True)} "
-                f"under {self.rule_flag} significant: decided by {self.test}, p {self.p_raw:.3g}, "
+                f"under {self.rule_flag} significant: decided by {self.test}: p {self.p_raw:.3g}, "
                 f"adjusted p {self.p_adj:.3g} ({self.correction}) <= 0.025{extra}")
 
 
@@ -483,7 +488,7 @@ def _candidate(r: Any, limit: float, what: str, subject: str, reps: Mapping[Any,
         c.p, c.test, c.detail = p_exact, exact, undef.lstrip("; ")
     elif math.isfinite(p_exact):
         c.p = max(p_exact, pb)
-        c.test = (f"the larger of the {exact}, p {p_exact:.3g}, and the bootstrap p of D <= limit, p {pb:.3g}")
+        c.test = (f"the larger of the {exact} (p {p_exact:.3g}) and the bootstrap p of D <= limit (p {pb:.3g})")
         c.detail = undef.lstrip("; ")
     elif math.isfinite(pb):
         c.p, c.test, c.detail = pb, f"bootstrap p of D <= limit ({n_boot} replicates)", undef.lstrip("; ")
@@ -510,7 +515,8 @@ def _decide(thresholds: Thresholds, name: str, subject: str, group: list[_Candid
             v.breaches.append(TestBreach(flag, c.subject, c.measured, c.limit, c.what, low=c.low, high=c.high,
                                          rule="significant", rule_flag=rule_flag, p_raw=c.p, p_adj=a,
                                          test=c.test, correction=corr, detail=c.detail))
-    figs = "; ".join(f"{c.level} p {c.p:.3g} -> {a:.3g}" for c, a in zip(group, adj))
+    figs = "; ".join(f"{'overall' if c.level == 'all' else c.level} p {c.p:.3g} -> {a:.3g}"
+                     for c, a in zip(group, adj))
     v.notes.append(f"agentperturb gate: {flag} for {subject} under {rule_flag} significant: {corr} at one-sided "
                    f"{100 * ALPHA:g} % (raw p -> adjusted p: {figs})")
 
