@@ -580,6 +580,12 @@ def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episo
         for r in mine.itertuples(index=False):
             d = float(r.delta)
             subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
+            mdc = float(getattr(r, "min_detectable", math.nan))
+            if mdc == mdc and limit < mdc:
+                verdict.notes.append(
+                    f"agentperturb gate: {flag} for {subj}: this run cannot tell a {limit:g}-point regression from "
+                    f"noise (smallest rise of D it detects with 80 % power at one-sided 2.5 %: {mdc:.0f} points, "
+                    f"{int(r.n_tasks)} tasks); add tasks or repeats")
             if math.isnan(d):
                 verdict.breaches.append(Breach(flag, subj, math.nan, limit, "change in D",
                                                "D undefined on one side (clean score 0)"))

@@ -161,3 +161,22 @@ def test_pass_hat_curve_for_every_k() -> None:
     st = repeat_stats(normalise(pd.DataFrame(rows)), replicates=50).set_index("family")
     curve = st.loc["clean", "pass_hat_curve"]
     assert curve[0] == pytest.approx(st.loc["clean", "pass_at_1"]) and curve[-1] == st.loc["clean", "pass_hat_k"]
+
+
+def test_the_smallest_detectable_regression_is_stated() -> None:
+    from pytest_agentperturb.analysis import analyze, extra_summary_lines
+
+    def run(rid: str, p: list[float]) -> pd.DataFrame:
+        return normalise(pd.DataFrame([{"run_id": rid, "model": "m", "suite": "s", "task": f"t{i}", "family": f,
+                                        "reward": 1.0 if f == "clean" else p[i]} for i in range(8)
+                                       for f in ("clean", "tool-missing")]))
+
+    a = analyze(run("new", [0, 1, 0, 1, 1, 1, 1, 1]), replicates=100, permutations=100,
+                baseline=run("old", [1, 0, 1, 1, 1, 1, 1, 1]))
+    assert a.versus is not None
+    ov = a.versus.deltas[a.versus.deltas["level_kind"] == "overall"].iloc[0]
+    # C = 1, P = 6/8 and 7/8 over 8 tasks: 100 (1.96 + 0.84) sqrt((6/8 * 2/8 + 7/8 * 1/8) / 8) = 54.0 points
+    assert ov.min_detectable == pytest.approx(100 * 2.8016 * math.sqrt((0.1875 + 0.109375) / 8), rel=1e-3)
+    assert any("detectable change >= 54 points" in ln for ln in extra_summary_lines(a))
+    v = gate.evaluate(gate.parse({"max_regression": "10"}), a)
+    assert any("cannot tell a 10-point regression from noise" in n and "54 points" in n for n in v.notes)

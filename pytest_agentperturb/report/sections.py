@@ -299,7 +299,8 @@ def versus_baseline(a: Analysis) -> str:
         ("level", "level_kind", "s"), ("", "level", "s"), ("D this run", "d_current", "pct"),
         ("D baseline", "d_baseline", "pct"), ("change (points)", "delta", "f3"), ("95% CI", "ci", "f3"),
         ("verdict", "verdict", "s"), ("tasks", "n_tasks", "i"), ("pairs", "n_pairs_current", "i"),
-        ("pairs (baseline)", "n_pairs_baseline", "i")]))
+        ("pairs (baseline)", "n_pairs_baseline", "i"),
+        ("smallest detectable change (points)", "min_detectable", "f0")]))
     if len(v.mismatches):
         out.append(f"<details><summary>left out of the comparison: {len(v.mismatches)} (task, family) pair(s)"
                    "</summary>" + table(v.mismatches, [
