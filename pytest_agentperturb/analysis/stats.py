@@ -440,4 +440,4 @@ class Replicates(dict):  # type: ignore[type-arg]
     def __eq__(self, other: object) -> bool:   # pandas compares attrs when it concatenates: by identity
         return self is other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
