@@ -15,7 +15,7 @@ repeats, suite), the false-alarm rate with its Monte-Carlo standard error
 sqrt(r (1 - r) / N), the share of runs where C = 0 overall (not evaluable:
 counted apart, not as a false alarm), the mean share of bootstrap replicates
 with C* = 0 (counted by ``drops``), and the mean smallest detectable
-overall drop; the last line is ``fwer: <max over configurations>``
+overall drop (capped at 100 %: a run that can detect none counts as 100); the last line is ``fwer: <max over configurations>``
 (largest false-alarm rate of any gate).  Limit 0 is decided by the exact
 paired test alone, so the bootstrap runs with few replicates here.
 

@@ -134,7 +134,7 @@ class IntervalBreach(Breach):
 
 
 @dataclass(frozen=True)
-class TestBreach(IntervalBreach):
+class SignificanceBreach(IntervalBreach):
     """A maximum breached under ``significant``: the test that decided, raw and adjusted p, the correction."""
 
     p_raw: float = math.nan
@@ -512,7 +512,7 @@ def _decide(thresholds: Thresholds, name: str, subject: str, group: list[_Candid
     rule_flag = thresholds.names.get("gate_on", "--agentperturb-gate-on")
     for c, a in zip(group, adj):
         if a <= ALPHA:
-            v.breaches.append(TestBreach(flag, c.subject, c.measured, c.limit, c.what, low=c.low, high=c.high,
+            v.breaches.append(SignificanceBreach(flag, c.subject, c.measured, c.limit, c.what, low=c.low, high=c.high,
                                          rule="significant", rule_flag=rule_flag, p_raw=c.p, p_adj=a,
                                          test=c.test, correction=corr, detail=c.detail))
     figs = "; ".join(f"{'overall' if c.level == 'all' else c.level} p {c.p:.3g} -> {a:.3g}"
