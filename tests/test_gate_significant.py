@@ -180,3 +180,25 @@ def test_the_smallest_detectable_regression_is_stated() -> None:
     assert any("detectable change >= 54 points" in ln for ln in extra_summary_lines(a))
     v = gate.evaluate(gate.parse({"max_regression": "10"}), a)
     assert any("cannot tell a 10-point regression from noise" in n and "54 points" in n for n in v.notes)
+
+
+def test_holm_keeps_a_lone_raw_rejection_among_twelve_families_from_breaching() -> None:
+    n = 30
+    df = _table(n, [1.0] * n, {"tool-missing": [0.0] * 6 + [1.0] * 24})   # 6 harmful flips: p = 1/64
+    d = drops(df, replicates=300)
+    one = gate.evaluate_tables(gate.parse({"max_family_drop": ["tool-missing=0"], "gate_on": "significant"}), d, df)
+    (b,) = one.breaches
+    assert b.p_raw == pytest.approx(1 / 64) and b.p_adj == b.p_raw and "one hypothesis, no correction" in b.line()
+    every = gate.evaluate_tables(gate.parse({"max_family_drop": ["0"], "gate_on": "significant"}), d, df)
+    assert not every.failed
+    assert any("Holm step-down over 12 families" in ln and "tool-missing p 0.0156 -> 0.188" in ln
+               for ln in every.lines())
+
+
+def test_continuous_rewards_with_a_degenerate_bootstrap_are_not_evaluated() -> None:
+    n = 6
+    df = _table(n, [0.5] * n, {"tool-missing": [0.25] * n})
+    d = drops(df, replicates=100)
+    v = gate.evaluate_tables(gate.parse({"max_family_drop": ["tool-missing=10"], "gate_on": "significant"}), d, df)
+    (b,) = v.breaches
+    assert "degenerate" in b.reason and "continuous rewards have no exact test" in b.reason
