@@ -17,9 +17,14 @@ models.
 
 Maxima (drops and the regression against a baseline run) are judged by the
 rule of ``--agentperturb-gate-on`` (:data:`RULES`): ``point`` compares the
-estimate with the limit (today's behaviour, the default); ``significant``
-breaches only when the whole 95 % interval lies above the limit;
-``conservative`` breaches when any part of it does (:func:`exceeds`).
+estimate with the limit (today's behaviour, the default); ``conservative``
+breaches when any part of the 95 % interval lies above the limit
+(:func:`exceeds`); ``significant`` breaches a drop only when a one-sided test
+at 2.5 % rejects "D <= limit" after Holm's correction over the levels of the
+threshold (:func:`_candidate`, :func:`_decide`; docs/design.md section 5),
+and the regression when the whole (non-degenerate) interval lies above it.
+Where the clean score is 0 the threshold is not evaluated (it fails, with
+the reason).  Notes say when a limit sits below what the run can detect.
 Minima (clean score, bypass rate) are judged on the estimate.
 """
 
@@ -126,6 +131,26 @@ class IntervalBreach(Breach):
         return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} {m} ({ci}) > limit "
                 f"{_value(self.limit, self.what, limit=True)} under {self.rule_flag} {self.rule}: "
                 f"{RULES.get(self.rule, self.rule)}")
+
+
+@dataclass(frozen=True)
+class SignificanceBreach(IntervalBreach):
+    """A maximum breached under ``significant``: the test that decided, raw and adjusted p, the correction."""
+
+    p_raw: float = math.nan
+    p_adj: float = math.nan
+    test: str = ""
+    correction: str = ""
+    detail: str = ""
+
+    def line(self) -> str:
+        ci = (f"95 % interval [{_value(self.low, self.what)}, {_value(self.high, self.what)}]"
+              if math.isfinite(self.low) and math.isfinite(self.high) else "no interval")
+        extra = f"; {self.detail}" if self.detail else ""
+        return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} "
+                f"{_value(self.measured, self.what)} ({ci}) > limit {_value(self.limit, self.what, limit=True)} "
+                f"under {self.rule_flag} significant: decided by {self.test}: p {self.p_raw:.3g}, "
+                f"adjusted p {self.p_adj:.3g} ({self.correction}) <= 0.025{extra}")
 
 
 def exceeds(rule: str, point: float, low: float, high: float, limit: float) -> bool:
@@ -315,12 +340,30 @@ def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.Da
     def label(model: str, suite: str, level: str = "") -> str:
         return f"{model} on {suite}" + (f" [{level}]" if level else "")
 
-    def check(name: str, rows: pd.DataFrame, limit: float, what: str) -> None:
+    reps = drops.attrs.get("replicates") if hasattr(drops, "attrs") else None
+    pending: list[tuple[str, str, list[_Candidate], str]] = []   # (threshold, subject, hypotheses) under significant
+    weak: dict[tuple[str, str], list[tuple[str, float, float, int, float]]] = {}  # limits below the power
+
+    def check(name: str, rows: pd.DataFrame, limit: float, what: str, group: list[_Candidate] | None = None
+              ) -> None:
         for r in rows.itertuples(index=False):
             m = float(r.relative_drop)
             subj = label(r.model, r.suite, "" if r.level_kind == "overall" else r.level)
+            mdd = float(getattr(r, "min_detectable", math.nan))
+            if not math.isnan(mdd) and limit < mdd:
+                weak.setdefault((flag[name], label(r.model, r.suite)), []).append(
+                    ("" if r.level_kind == "overall" else str(r.level), limit, mdd, int(r.n_clusters),
+                     float(r.clean)))
             if math.isnan(m) and not float(r.clean) == 0.0:  # no clean episodes: nothing to compare with
                 v.breaches.append(_unevaluated(thresholds, name, subj, "no scored clean episodes"))
+            elif math.isnan(m):
+                v.breaches.append(_unevaluated(thresholds, name, subj, _undefined(r)))
+            elif thresholds.gate_on == "significant" and group is not None:
+                c = _candidate(r, limit, what, subj, reps)
+                if c.reason:
+                    v.breaches.append(_unevaluated(thresholds, name, subj, c.reason))
+                else:
+                    group.append(c)
             elif exceeds(thresholds.gate_on, m, float(r.ci_low), float(r.ci_high), limit):
                 v.breaches.append(_max_breach(thresholds, flag[name], subj, m, limit, what, r.ci_low, r.ci_high))
 
@@ -340,10 +383,13 @@ def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.Da
             rows = rows_of("overall", model, suite)
             if not len(rows):
                 v.breaches.append(_unevaluated(thresholds, "max_drop", label(model, suite), no_pairs(model, suite)))
-            check("max_drop", rows, thresholds.max_drop, "relative drop")
+            group: list[_Candidate] = []
+            check("max_drop", rows, thresholds.max_drop, "relative drop", group)
+            pending.append(("max_drop", label(model, suite), group, "overall"))
         for name, kind in (("max_target_drop", "target"), ("max_family_drop", "family")):
             lim: Mapping[str, float] = getattr(thresholds, name)
             rows = rows_of(kind, model, suite)
+            group = []
             for key, limit in lim.items():
                 sel = rows if key == ALL else rows[rows["level"] == key]
                 if key == ALL:
@@ -354,7 +400,9 @@ def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.Da
                 elif not len(sel):
                     v.breaches.append(_unevaluated(thresholds, name, label(model, suite, key),
                                                    f"no scored {key} episodes in this run"))
-                check(name, sel, limit, f"{kind} relative drop")
+                check(name, sel, limit, f"{kind} relative drop", group)
+            if lim:
+                pending.append((name, label(model, suite), group, "targets" if kind == "target" else "families"))
         mine_scored = scored[(scored["model"] == model) & (scored["suite"] == suite)]
         if thresholds.min_clean is not None:
             clean = mine_scored[mine_scored["family"] == CLEAN]["reward"]
@@ -377,7 +425,124 @@ def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.Da
             if bypass < thresholds.min_bypass:
                 v.breaches.append(Breach(flag["min_bypass"], label(model, suite), bypass,
                                          thresholds.min_bypass, "bypass rate"))
+    for name, subject, group, kinds in pending:
+        _decide(thresholds, name, subject, group, kinds, v)
+    v.notes += [_power_note(f, subj, rows) for (f, subj), rows in weak.items()]
     return v
+
+
+@dataclass
+class _Candidate:
+    """One hypothesis "D <= limit" of a maximum under ``significant``: its evidence, before the correction."""
+
+    subject: str
+    level: str
+    what: str
+    measured: float
+    limit: float
+    low: float
+    high: float
+    p: float = math.nan
+    test: str = ""
+    detail: str = ""
+    reason: str = ""
+
+
+def _undefined(r: Any) -> str:
+    return (f"D undefined: the clean score is 0 over the {int(r.n_pairs)} pair(s) at this level, so no drop can be "
+            "measured")
+
+
+def _candidate(r: Any, limit: float, what: str, subject: str, reps: Mapping[Any, Any] | None) -> _Candidate:
+    """The evidence of one row against its limit (docs/design.md section 5, "How `significant` decides").
+
+    Binary suites: the exact paired test of "no drop" (``p_exact``, a
+    generalised one-sided McNemar test) decides at limit 0; above 0 it must
+    agree with the bootstrap p of "D <= limit" (an intersection-union test:
+    p = the larger of the two).  A degenerate bootstrap (every defined
+    replicate equal) is never evidence: the exact test decides alone, and
+    only when the estimate is above the limit.  Continuous rewards: the
+    bootstrap p, and a degenerate bootstrap is not evaluable.
+    """
+    from .analysis.stats import bootstrap_p
+
+    m = float(r.relative_drop)
+    c = _Candidate(subject, str(r.level), what, m, limit, float(r.ci_low), float(r.ci_high))
+    boot = None if reps is None else reps.get((r.model, r.suite, r.level_kind, r.level))
+    p_exact = float(getattr(r, "p_exact", math.nan))
+    degenerate = bool(getattr(r, "boot_degenerate", False))
+    pb, undefined = bootstrap_p(boot, limit) if boot is not None else (math.nan, 0)
+    n_boot = 0 if boot is None else len(boot)
+    undef = (f"; {undefined} of {n_boot} bootstrap replicates had clean score 0 (no D), counted against a breach"
+             if undefined else "")
+    exact = f"exact paired test (one-sided McNemar/permutation on {int(r.n_clusters)} task-repeat clusters)"
+    if degenerate:
+        c.detail = f"the bootstrap interval is degenerate (every replicate {m:.1f} %), not evidence{undef}"
+        if math.isfinite(p_exact):
+            c.p, c.test = (p_exact if m > limit else 1.0), exact
+        else:
+            c.reason = (f"the bootstrap interval is degenerate (every replicate {m:.1f} %) and continuous rewards "
+                        "have no exact test here; add tasks or repeats")
+        return c
+    if math.isfinite(p_exact) and (limit == 0 or not math.isfinite(pb)):
+        c.p, c.test, c.detail = p_exact, exact, undef.lstrip("; ")
+    elif math.isfinite(p_exact):
+        c.p = max(p_exact, pb)
+        c.test = (f"the larger of the {exact} (p {p_exact:.3g}) and the bootstrap p of D <= limit (p {pb:.3g})")
+        c.detail = undef.lstrip("; ")
+    elif math.isfinite(pb):
+        c.p, c.test, c.detail = pb, f"bootstrap p of D <= limit ({n_boot} replicates)", undef.lstrip("; ")
+    else:   # no replicates kept with the table: the interval rule
+        c.p = 0.0 if exceeds("significant", m, c.low, c.high, limit) else 1.0
+        c.test = "the 95 % interval (no replicates kept)"
+    return c
+
+
+def _decide(thresholds: Thresholds, name: str, subject: str, group: list[_Candidate], kinds: str, v: Verdict
+            ) -> None:
+    """Holm's step-down over one threshold's hypotheses for one model and suite; a breach per rejected one."""
+    from .analysis.stats import ALPHA, holm
+
+    if not group:
+        return
+    adj = holm([c.p for c in group])
+    k = len(group)
+    corr = f"Holm step-down over {k} {kinds}" if k > 1 else "one hypothesis, no correction"
+    flag = thresholds.names[name]
+    rule_flag = thresholds.names.get("gate_on", "--agentperturb-gate-on")
+    for c, a in zip(group, adj):
+        if a <= ALPHA:
+            v.breaches.append(SignificanceBreach(flag, c.subject, c.measured, c.limit, c.what, low=c.low, high=c.high,
+                                         rule="significant", rule_flag=rule_flag, p_raw=c.p, p_adj=a,
+                                         test=c.test, correction=corr, detail=c.detail))
+    figs = "; ".join(f"{'overall' if c.level == 'all' else c.level} p {c.p:.3g} -> {a:.3g}"
+                     for c, a in zip(group, adj))
+    v.notes.append(f"agentperturb gate: {flag} for {subject} under {rule_flag} significant: {corr} at one-sided "
+                   f"{100 * ALPHA:g} % (raw p -> adjusted p: {figs})")
+
+
+def _power_note(flag: str, subject: str, rows: list[tuple[str, float, float, int, float]]) -> str:
+    """Says where a limit sits below the smallest drop the run could detect (80 % power, one-sided 2.5 %)."""
+
+    def mdd(x: float) -> str:
+        return "none up to 100 %" if math.isinf(x) else f"{x:.0f} %"
+
+    def cannot(limit: float) -> str:
+        return "a small drop (the limit is 0 %)" if limit == 0 else f"a {limit:g} % drop"
+
+    if len(rows) == 1:
+        lev, limit, m, g, c = rows[0]
+        where = f" [{lev}]" if lev else ""
+        return (f"agentperturb gate: {flag} for {subject}{where}: this run cannot tell {cannot(limit)} from noise "
+                f"(smallest drop it detects with 80 % power at one-sided 2.5 %: {mdd(m)}; {g} task-repeat clusters, "
+                f"clean score {c:.2f}); add tasks or repeats")
+    limits = sorted({r[1] for r in rows})
+    lim = cannot(limits[0]) if len(limits) == 1 else "a drop of its limit"
+    each = ", ".join(f"{lev or 'overall'} {mdd(m)}" for lev, _, m, _, _ in rows)
+    gs, cs = [r[3] for r in rows], [r[4] for r in rows]
+    return (f"agentperturb gate: {flag} for {subject}: this run cannot tell {lim} from noise at {len(rows)} levels "
+            f"(smallest drop detectable with 80 % power at one-sided 2.5 %: {each}; {min(gs)}-{max(gs)} task-repeat "
+            f"clusters, clean score {min(cs):.2f}-{max(cs):.2f}); add tasks or repeats")
 
 
 def _max_breach(thresholds: Thresholds, flag: str, subject: str, measured: float, limit: float, what: str,
@@ -414,6 +579,23 @@ def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episo
                                            f"no pairs comparable with the {versus.label}"))
         for r in mine.itertuples(index=False):
             d = float(r.delta)
+            subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
+            mdc = float(getattr(r, "min_detectable", math.nan))
+            if mdc == mdc and limit < mdc:
+                verdict.notes.append(
+                    f"agentperturb gate: {flag} for {subj}: this run cannot tell a {limit:g}-point regression from "
+                    f"noise (smallest rise of D it detects with 80 % power at one-sided 2.5 %: {mdc:.0f} points, "
+                    f"{int(r.n_tasks)} tasks); add tasks or repeats")
+            if math.isnan(d):
+                verdict.breaches.append(Breach(flag, subj, math.nan, limit, "change in D",
+                                               "D undefined on one side (clean score 0)"))
+                continue
+            if thresholds.gate_on == "significant" and float(r.ci_low) == float(r.ci_high) and d > limit:
+                verdict.breaches.append(Breach(
+                    flag, subj, d, limit, "change in D",
+                    f"the bootstrap interval of the change is degenerate (every replicate {d:+.1f} points), which is "
+                    "not evidence under significant; add tasks or repeats"))
+                continue
             if exceeds(thresholds.gate_on, d, float(r.ci_low), float(r.ci_high), limit):
                 subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
                 verdict.breaches.append(IntervalBreach(

@@ -83,7 +83,7 @@ def test_export_csv_round_trips_into_analyze(tmp_path: Path) -> None:
     csv = tmp_path / "out" / "episodes.csv"
     assert main(["export", "--store", str(store), "--format", "csv", "--out", str(csv)]) == 0
     df = pd.read_csv(csv)
-    assert list(df.columns) == list(STORE_COLUMNS) and len(df) == 18
+    assert list(df.columns) == [*STORE_COLUMNS, "variant_digest"] and len(df) == 18
     clean = df[df["family"] == "clean"]
     assert clean["compliance"].isna().all()  # no verdict for clean episodes, not True
     assert set(df[df["family"] != "clean"]["compliance"].dropna()) <= {True, False}
@@ -131,3 +131,20 @@ def test_report_from_a_plugin_store_has_diffs(pytester: pytest.Pytester, suite_p
     assert "tool_count" in text   # task-property predictors from --suite
     drill = (pytester.path / "again-tasks" / "workflows" / "share-report.html").read_text(encoding="utf-8")
     assert "diff not recorded" not in drill and "<span class='add'>" in drill and "<mark>" in drill
+
+
+def test_analyze_takes_the_suite_threshold_or_says_it_assumed_one(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    csv = tmp_path / "e.csv"
+    csv.write_text("model,suite,task,family,reward\nm,knowledge,t1,clean,0.85\nm,knowledge,t1,tool-missing,0.5\n"
+                   "m,other,t1,clean,0.9\nm,other,t1,tool-missing,1\n")
+    out = tmp_path / "s.json"
+    assert main(["analyze", "--results", str(csv), "--json", str(out), *FAST]) == 0
+    assert "suite knowledge: success = reward >= 0.8 (its threshold)" in caplog.text
+    assert "suite(s) other, which name no built-in suite: success = reward >= 1.0 assumed" in caplog.text
+    mal = {r["suite"]: r for r in json.loads(out.read_text())["malleability"]}
+    assert mal["knowledge"]["harmful_rate"] == 1.0 and mal["other"]["beneficial_rate"] == 1.0
+    caplog.clear()
+    assert main(["analyze", "--results", str(csv), "--json", str(out), "--success-threshold", "0.5", *FAST]) == 0
+    assert "assumed" not in caplog.text

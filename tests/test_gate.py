@@ -119,7 +119,9 @@ def test_gate_under_xdist_reports_once(pytester: pytest.Pytester, suite_path: Pa
     r = run(pytester, suite_path, "--agentperturb-max-drop", "25", n=2)
     assert r.ret == pytest.ExitCode.TESTS_FAILED
     summary = [ln for ln in r.outlines if ln.startswith("agentperturb gate:")]  # the agentperturb section's lines
-    assert len(summary) == 1 and "--agentperturb-max-drop breached" in summary[0]
+    breached = [ln for ln in summary if "breached" in ln]          # (a power note may follow the breach)
+    assert len(breached) == 1 and "--agentperturb-max-drop breached" in breached[0]
+    assert all("breached" in ln or "cannot tell" in ln for ln in summary)
     # the controller reports the gate as a test of its own (no worker sees every episode): once
     assert sum(1 for ln in r.outlines if ln.startswith("FAILED agentperturb::gate")) == 1
 

@@ -194,8 +194,20 @@ def summary_lines(a: Analysis) -> list[str]:
             f"{r['model']:<22} {r['suite']:<12} clean {r['clean']:.3f}  perturbed {r['perturbed']:.3f}  "
             f"drop {r['relative_drop']:.1f}% [{r['ci_low']:.1f}, {r['ci_high']:.1f}]  "
             f"compliance {rate:.2f}  turns/episode {g['turns'].mean():.1f}  pairs {int(r['n_pairs'])}"
-            + (f" (dropped {int(r['n_dropped'])}: {r['dropped_why']})" if r["n_dropped"] else ""))
+            + (f" (dropped {int(r['n_dropped'])}: {r['dropped_why']})" if r["n_dropped"] else "")
+            + _detectable(r))
     return lines or ["no scored episodes"]
+
+
+def _detectable(r: Any) -> str:
+    """The smallest drop a row could detect (80 % power, one-sided 2.5 %), and replicates with no D."""
+    m = float(r.get("min_detectable", float("nan")))
+    out = ""
+    if m == m:
+        out = ("  detectable drop: none up to 100 %" if math.isinf(m) else f"  detectable drop >= {m:.0f}%") \
+            + " (80% power, one-sided 2.5%)"
+    undef = int(r.get("n_boot_undefined", 0) or 0)
+    return out + (f"  {undef} bootstrap replicate(s) with clean 0 (no D)" if undef else "")
 
 
 def extra_summary_lines(a: Analysis) -> list[str]:
@@ -216,6 +228,9 @@ def extra_summary_lines(a: Analysis) -> list[str]:
                 r = c.iloc[0]
                 head += (f": clean pass@1 {r['pass_at_1']:.2f}  pass^k {r['pass_hat_k']:.2f}  "
                          f"pass@k {r['pass_at_k']:.2f}  noise floor (clean-vs-clean flips) {r['noise_floor']:.2f}")
+                curve = r.get("pass_hat_curve")
+                if isinstance(curve, list) and len(curve) > 2:
+                    head += f"  pass^k for k = 1..{len(curve)}: " + " ".join(f"{x:.2f}" for x in curve)
             lines.append(head)
             lines.append(f"{'':<35} families not distinguishable from noise: {', '.join(quiet) or 'none'} "
                          f"({len(quiet)} of {len(fams)})")
@@ -225,7 +240,9 @@ def extra_summary_lines(a: Analysis) -> list[str]:
         for r in ov.itertuples(index=False):
             lines.append(f"{r.model:<22} {r.suite:<12} versus {v.label} ({r.baseline_model}): D {r.d_current:.1f}% "
                          f"vs {r.d_baseline:.1f}%, change {r.delta:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}] "
-                         f"({r.verdict}), {int(r.n_tasks)} tasks")
+                         f"({r.verdict}), {int(r.n_tasks)} tasks"
+                         + (f", detectable change >= {r.min_detectable:.0f} points (80% power, one-sided 2.5%)"
+                            if r.min_detectable == r.min_detectable else ""))
         if len(v.mismatches):
             why = v.mismatches["reason"].value_counts().sort_index()
             lines.append(f"versus {v.label}: left out {len(v.mismatches)} (task, family) pair(s): "
@@ -266,7 +283,7 @@ def summary(a: Analysis) -> dict[str, Any]:
     return {
         "degradation": records(a.overall, ["model", "suite", "baseline", "clean", "perturbed", "relative_drop",
                                            "ci_low", "ci_high", "n_tasks", "n_perturbed", "n_pairs", "n_dropped",
-                                           "dropped_why"]),
+                                           "dropped_why", "p_exact", "min_detectable", "n_boot_undefined"]),
         "suite_average": records(a.suite_average),
         "predictors": records(a.predictors),
         "clean_score_predictor": records(a.clean_score),

@@ -19,6 +19,7 @@ table holding several runs, in the order the runs were recorded.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 
 ROSE, FELL, SAME = "rose", "fell", "not distinguishable"
 DELTA_COLUMNS = ["model", "baseline_model", "suite", "baseline", "level_kind", "level", "d_current", "d_baseline",
-                 "delta", "ci_low", "ci_high", "n_tasks", "n_pairs_current", "n_pairs_baseline", "verdict"]
+                 "delta", "ci_low", "ci_high", "n_tasks", "n_pairs_current", "n_pairs_baseline", "verdict",
+                 "min_detectable"]
 MISMATCH_COLUMNS = ["model", "baseline_model", "suite", "task", "family", "reason"]
 TREND_COLUMNS = ["run_id", "order", "model", "suite", "baseline", "clean", "perturbed", "relative_drop", "ci_low",
                  "ci_high", "n_pairs"]
@@ -191,8 +193,39 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
         out.append({"model": model, "baseline_model": bmodel, "suite": suite, "baseline": is_base, "level_kind": kind,
                     "level": lab, "d_current": dc, "d_baseline": db, "delta": dc - db, "ci_low": low, "ci_high": high,
                     "n_tasks": int(both[:, j].sum()), "n_pairs_current": int(cn[..., j].sum()),
-                    "n_pairs_baseline": int(bn[..., j].sum()), "verdict": verdict})
+                    "n_pairs_baseline": int(bn[..., j].sum()), "verdict": verdict,
+                    "min_detectable": min_detectable_change(cc[..., j], cp[..., j], cn[..., j], bc[..., j], bp[..., j],
+                                                            bn[..., j])})
     return out
+
+
+def _d_variance(cs: FloatArray, ps: FloatArray, n: FloatArray) -> float:
+    """Delta-method variance of D (as a fraction) over independent clusters with independent outcomes."""
+    have = n > 0
+    g = int(have.sum())
+    tot = float(n.sum())
+    if not g or not tot:
+        return float("nan")
+    c, p, m = float(cs.sum()) / tot, float(ps.sum()) / tot, tot / g
+    if not c > 0:
+        return float("nan")
+    r = p / c
+    return (p * (1 - p) / m + r * r * c * (1 - c)) / (g * c * c)
+
+
+def min_detectable_change(cc: FloatArray, cp: FloatArray, cn: FloatArray, bc: FloatArray, bp: FloatArray,
+                          bn: FloatArray) -> float:
+    """Smallest rise of D (points) against the baseline run detected with 80 % power at one-sided 2.5 %.
+
+    Normal approximation: each run's D has the delta-method variance
+    [P (1 - P) / m + (P / C)^2 C (1 - C)] / (G C^2) over its G task-repeat
+    clusters (m pairs each, outcomes independent); the runs are independent,
+    so the change has the sum of the two variances, and 100 (z_alpha +
+    z_beta) sqrt(V_this + V_baseline) points is detected with 80 % power.
+    NaN where either clean score is 0.
+    """
+    v = _d_variance(cc, cp, cn) + _d_variance(bc, bp, bn)
+    return float("nan") if v != v else 100.0 * (1.959963984540054 + 0.8416212335729143) * math.sqrt(v)
 
 
 def run_trend(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0) -> pd.DataFrame:

@@ -13,7 +13,17 @@ import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
 from .repeats import repeat_weights
-from .stats import N_BOOTSTRAP, bootstrap_weights, draw_sums, mcnemar, percentile_interval, signed_rank
+from .stats import (
+    N_BOOTSTRAP,
+    Replicates,
+    bootstrap_weights,
+    draw_sums,
+    exchange_test,
+    mcnemar,
+    min_detectable_drop,
+    percentile_interval,
+    signed_rank,
+)
 from .table import DROP_REASONS, describe_drops, only, pairing_audit, pairs, pooled, pooled_models, scored
 
 if TYPE_CHECKING:
@@ -22,7 +32,8 @@ if TYPE_CHECKING:
 ALL_MODELS = "all models"
 DROP_COLUMNS = ["model", "suite", "baseline", "level_kind", "level", "clean", "perturbed", "relative_drop",
                 "ci_low", "ci_high", "n_models", "n_tasks", "n_perturbed", "n_pairs", "n_dropped",
-                *(f"dropped_{r}" for r in DROP_REASONS), "dropped_why"]
+                *(f"dropped_{r}" for r in DROP_REASONS), "dropped_why", "n_clusters", "p_exact", "min_detectable",
+                "n_boot_undefined", "boot_degenerate"]
 _KINDS = (("overall", None), ("target", "target"), ("type", "type"), ("family", "family"))
 
 
@@ -94,6 +105,7 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
     real = set(pooled_models(df))
     base_of = df.groupby("model")["baseline"].any().to_dict() if len(df) else {}
     out: list[dict[str, object]] = []
+    boot = Replicates()
     rng = np.random.default_rng(seed)
     for suite in sorted(set(pr["suite"])) if len(pr) else []:
         g = pr[pr["suite"] == suite]
@@ -142,16 +154,21 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
             pool_db = 100.0 * (pool_cb - pool_pb) / pool_cb
         lo, hi = percentile_interval(db, level)
         plo, phi = percentile_interval(pool_db, level)
+        binary = bool(np.isin(g["reward_clean"].to_numpy(float), (0.0, 1.0)).all()
+                      and np.isin(g["reward_pert"].to_numpy(float), (0.0, 1.0)).all())
         for m, model in enumerate(models):
             for j, (kind, lab) in enumerate(levels):
                 if n[m, j] == 0:
                     continue
+                boot[(model, suite, kind, lab)] = db[:, m, j].astype(np.float32)
                 out.append({"model": model, "suite": suite, "baseline": bool(base_of.get(model, False)),
                             "level_kind": kind, "level": lab, "clean": float(c[m, j]), "perturbed": float(p[m, j]),
                             "relative_drop": relative_degradation(float(c[m, j]), float(p[m, j])),
                             "ci_low": float(lo[m, j]), "ci_high": float(hi[m, j]), "n_models": 1,
                             "n_tasks": int((cnt[m, :, j] > 0).sum()), "n_pairs": int(n[m, j]),
-                            **_dropped(counts[m, j])})
+                            **_dropped(counts[m, j]),
+                            **_evidence(csum4[m, ..., j], psum4[m, ..., j], cnt4[m, ..., j], float(c[m, j]), binary,
+                                        db[:, m, j])})
         for j, (kind, lab) in enumerate(levels):
             have = pool & (n[:, j] > 0)
             if not have.any():
@@ -161,8 +178,40 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
                         "relative_drop": relative_degradation(float(pool_c[j]), float(pool_p[j])),
                         "ci_low": float(plo[j]), "ci_high": float(phi[j]), "n_models": int(have.sum()),
                         "n_tasks": int((cnt[have, :, j].sum(0) > 0).sum()), "n_pairs": int(n[have, j].sum()),
-                        **_dropped(counts[have, j].sum(0))})
-    return pd.DataFrame(out, columns=DROP_COLUMNS)
+                        **_dropped(counts[have, j].sum(0)),
+                        **_evidence(None, None, None, float(pool_c[j]), False, pool_db[:, j])})
+            boot[(ALL_MODELS, suite, kind, lab)] = pool_db[:, j].astype(np.float32)
+    table = pd.DataFrame(out, columns=DROP_COLUMNS)
+    table.attrs["replicates"] = boot
+    return table
+
+
+def _evidence(csum: np.ndarray | None, psum: np.ndarray | None, cnt: np.ndarray | None, clean: float, binary: bool,
+              reps: np.ndarray) -> dict[str, object]:
+    """What a row's decision rests on: clusters, the exact test, the smallest detectable drop, the bootstrap.
+
+    A cluster is one (task, repeat index) with pairs at the level; ``csum``,
+    ``psum`` and ``cnt`` are its clean sums, perturbed sums and pair counts
+    (tasks x repeats).  ``p_exact`` is :func:`~.stats.exchange_test` of "no
+    drop" for a binary suite (NaN otherwise, and for pooled rows);
+    ``min_detectable`` is :func:`~.stats.min_detectable_drop` (percent);
+    ``n_boot_undefined`` counts the replicates with C* = 0 (no D);
+    ``boot_degenerate`` says every defined replicate is the same number.
+    """
+    fin = np.isfinite(reps)
+    degenerate = bool(fin.sum() < 2 or float(np.ptp(reps[fin])) == 0.0)
+    row: dict[str, object] = {"n_boot_undefined": int((~fin).sum()), "boot_degenerate": degenerate,
+                              "n_clusters": 0, "p_exact": float("nan"), "min_detectable": float("nan")}
+    if cnt is None or csum is None or psum is None:
+        return row
+    have = cnt > 0
+    g = int(have.sum())
+    m = cnt[have]
+    row["n_clusters"] = g
+    row["min_detectable"] = min_detectable_drop(clean, g, float(m.mean()) if g else 1.0)
+    if binary and g:
+        row["p_exact"] = exchange_test(np.round(csum[have] / m), m, psum[have])
+    return row
 
 
 def _dropped(counts: np.ndarray) -> dict[str, object]:

@@ -6,7 +6,10 @@ suite and a family (clean included), over the tasks whose K repeats were all
 scored:
 
 - **pass@1** = mean over tasks of (successes / K);
-- **pass^k** = share of tasks where all K repeats succeed;
+- **pass^k** = share of tasks where all K repeats succeed; the curve
+  ``pass_hat_curve`` gives pass^k for every k = 1..K (tau-bench's
+  estimator: per task C(c, k) / C(K, k) for c successes in K repeats,
+  averaged over tasks; k = 1 is pass@1 and k = K is pass^K);
 - **pass@k** = share of tasks where at least one repeat succeeds;
 
 so pass^k <= pass@1 <= pass@k on every row.  The **noise floor** is the
@@ -44,7 +47,8 @@ NOT_DISTINGUISHABLE = "not distinguishable from noise"
 ABOVE_NOISE = "above the noise floor"
 NOISE_FLOOR = "noise floor (clean vs clean)"
 REPEAT_COLUMNS = ["model", "suite", "baseline", "family", "k", "n_tasks", "n_incomplete", "pass_at_1", "pass_hat_k",
-                  "pass_at_k", "flip_rate", "noise_floor", "excess", "ci_low", "ci_high", "n_flip_tasks", "verdict"]
+                  "pass_at_k", "flip_rate", "noise_floor", "excess", "ci_low", "ci_high", "n_flip_tasks", "verdict",
+                  "pass_hat_curve"]
 
 
 def repeat_weights(task_weights: FloatArray, n_repeats: int, rng: np.random.Generator) -> FloatArray:
@@ -65,6 +69,16 @@ def n_repeats(df: pd.DataFrame) -> int:
         return 1
     d = with_repeat(df)
     return int(d.groupby(["run_id", "model", "suite"], sort=False)["repeat"].nunique().max())
+
+
+def pass_hat_curve(successes: FloatArray, k: int) -> list[float]:
+    """pass^j for j = 1..k: mean over tasks of C(c, j) / C(k, j), c a task's successes in its k repeats."""
+    from math import comb
+
+    c = [int(round(float(x))) for x in np.asarray(successes, dtype=float)]
+    if not c:
+        return [float("nan")] * k
+    return [float(sum(comb(x, j) for x in c) / (comb(k, j) * len(c))) for j in range(1, k + 1)]
 
 
 def noise_floor(successes: FloatArray, scored_n: FloatArray) -> FloatArray:
@@ -126,7 +140,8 @@ def repeat_stats(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int =
                 "n_tasks": int(complete.sum()), "n_incomplete": int(((cnt[j] > 0) & ~complete).sum()),
                 "pass_at_1": float(rate.mean()) if len(rate) else float("nan"),
                 "pass_hat_k": float((hits == k).mean()) if len(rate) else float("nan"),
-                "pass_at_k": float((hits > 0).mean()) if len(rate) else float("nan")}
+                "pass_at_k": float((hits > 0).mean()) if len(rate) else float("nan"),
+                "pass_hat_curve": pass_hat_curve(hits, int(k))}
             if fam == CLEAN:
                 ok = np.isfinite(nf)
                 v = float(nf[ok].mean()) if ok.any() else float("nan")

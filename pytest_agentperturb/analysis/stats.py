@@ -315,3 +315,129 @@ def paired_test(clean: Sequence[float] | npt.ArrayLike, pert: Sequence[float] | 
     if np.isin(c, (0.0, 1.0)).all() and np.isin(p, (0.0, 1.0)).all():
         return mcnemar(c >= 0.5, p >= 0.5)
     return signed_rank(c, p)
+
+
+# -- the gate's tests (docs/design.md section 5, "How `significant` decides") --------------------------
+#: One-sided level of every ``significant`` decision and of the power statement.
+ALPHA = 0.025
+#: Power the smallest detectable drop is stated at.
+POWER = 0.80
+_Z_ALPHA = 1.959963984540054      # the normal quantile at 1 - 0.025
+_Z_BETA = 0.8416212335729143      # the normal quantile at 0.80
+
+
+def exchange_test(x: npt.ArrayLike, m: npt.ArrayLike, s: npt.ArrayLike) -> float:
+    """Exact one-sided p of "no drop" for binary outcomes in clusters (a generalised exact McNemar test).
+
+    A cluster g (one task and repeat index) has one clean outcome ``x[g]``
+    (0 or 1) and ``m[g]`` perturbed outcomes summing to ``s[g]``; the
+    statistic is T = sum_g (m_g x_g - s_g) (the pair-weighted C - P, times
+    the number of pairs).  Under the null hypothesis that the perturbed
+    outcomes are distributed as the clean one within each cluster, the
+    m_g + 1 outcomes of a cluster are exchangeable: conditional on their
+    total, the clean one is any of them with equal chance, so x*_g = 1 with
+    probability (x_g + s_g) / (m_g + 1), independently across clusters.
+    p = P(T* >= T), computed exactly by convolution.  With one perturbed
+    outcome per cluster this is the exact one-sided McNemar (sign) test on
+    the discordant pairs.  1.0 without clusters.
+    """
+    xa, ma, sa = (np.asarray(v, dtype=float) for v in (x, m, s))
+    keep = ma > 0
+    xa, ma, sa = xa[keep], ma[keep], sa[keep]
+    tot = xa + sa
+    size = (ma + 1).astype(np.int64)
+    prob = tot / (ma + 1)
+    free = (prob > 0) & (prob < 1)                 # clusters whose clean outcome can move
+    if not free.any():
+        return 1.0
+    w_obs = int(round(float((size[free] * xa[free]).sum())))
+    dist = np.zeros(int(size[free].sum()) + 1)
+    dist[0] = 1.0
+    top = 0
+    for k, pi in zip(size[free].tolist(), prob[free].tolist()):
+        new = dist[:top + k + 1] * 0.0
+        new[:top + 1] = dist[:top + 1] * (1.0 - pi)
+        new[k:top + k + 1] += dist[:top + 1] * pi
+        top += k
+        dist[:top + 1] = new
+    return float(min(1.0, max(0.0, dist[w_obs:top + 1].sum())))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted among the hypotheses).
+
+    Sorted ascending, p_(i) is multiplied by (m - i + 1), made monotone and
+    capped at 1; rejecting where the adjusted p <= alpha controls the
+    family-wise error at alpha under any dependence.
+    """
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = len(ok)
+    running = 0.0
+    for rank, i in enumerate(ok[np.argsort(p[ok], kind="mergesort")]):
+        running = max(running, min(1.0, (m - rank) * float(p[i])))
+        out[i] = running
+    return [float(v) for v in out]
+
+
+def bootstrap_p(replicates: npt.ArrayLike, limit: float) -> tuple[float, int]:
+    """One-sided bootstrap p of "D <= limit" and how many replicates were undefined (C* = 0).
+
+    p = (1 + #{D* <= limit} + #{D* undefined}) / (1 + B): a replicate whose
+    clean score is 0 has no D and is counted as not supporting a breach
+    (it is never dropped silently).
+    """
+    a = np.asarray(replicates, dtype=float)
+    bad = int((~np.isfinite(a)).sum())
+    low = int((a[np.isfinite(a)] <= limit).sum())
+    return (1 + low + bad) / (1 + len(a)), bad
+
+
+def min_detectable_drop(clean: float, clusters: int, per_cluster: float = 1.0) -> float:
+    """Smallest relative drop D (percent) detected with 80 % power at one-sided 2.5 % (normal approximation).
+
+    G = ``clusters`` independent clusters (tasks x repeats), each with one
+    clean outcome at rate C and m = ``per_cluster`` perturbed outcomes at
+    rate P = C (1 - D) (independent Bernoulli outcomes).  The per-cluster
+    difference d = x - mean(y) has variance C (1 - C) + P (1 - P) / m, so
+    the test detects D when z_alpha sigma_0 + z_beta sigma_1 <= sqrt(G) C D
+    (sigma_0 at P = C); with m = 1 this is the usual sample size of the
+    paired-proportions (McNemar) test, Connor 1987.  The exact test needs at
+    least ceil(log(1/alpha) / log(m + 1)) clusters whose clean passed and
+    every perturbed outcome failed; below that (G C short of it) no drop is
+    detectable: inf.  NaN when C = 0 or there are no clusters.
+    """
+    if not clusters or not clean > 0 or not math.isfinite(clean):
+        return float("nan")
+    m = max(float(per_cluster), 1.0)
+    need = math.ceil(math.log(1 / ALPHA) / math.log(m + 1) - 1e-12)
+    if clusters * min(clean, 1.0) < need:
+        return float("inf")
+    c = min(clean, 1.0)
+    s0 = math.sqrt(c * (1 - c) * (1 + 1 / m))
+
+    def gap(d: float) -> float:
+        p = c * (1 - d)
+        s1 = math.sqrt(c * (1 - c) + p * (1 - p) / m)
+        return math.sqrt(clusters) * c * d - (_Z_ALPHA * s0 + _Z_BETA * s1)
+
+    if gap(1.0) < 0:
+        return float("inf")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if gap(mid) >= 0 else (mid, hi)
+    return 100.0 * hi
+
+
+class Replicates(dict):  # type: ignore[type-arg]
+    """Bootstrap replicates of D per drop-table row, kept in ``DataFrame.attrs`` (copied by reference, not deeply)."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Replicates:
+        return self
+
+    def __eq__(self, other: object) -> bool:   # pandas compares attrs when it concatenates: by identity
+        return self is other
+
+    __hash__ = None

@@ -59,9 +59,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--results", required=True, metavar="CSV", help="episodes CSV (the export format).")
     p.add_argument("--json", dest="json_out", metavar="PATH", help="write the JSON summary here.")
     p.add_argument("--out", metavar="PATH", help="write the HTML report here.")
-    p.add_argument("--success-threshold", type=float, default=1.0, metavar="R",
+    p.add_argument("--success-threshold", type=float, default=None, metavar="R",
                    help="reward at or above which an episode counts as a success when the CSV has no "
-                        "'success' column (default: 1.0).")
+                        "'success' value (default: the threshold of the built-in suite the CSV names, else 1.0, "
+                        "which is then said).")
     _analysis_args(p)
     p.set_defaults(func=cmd_analyze)
 
@@ -340,23 +341,71 @@ def _baseline(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str,
     return {"baseline": report.episode_table(read_rows(b)), "baseline_label": b.label}
 
 
-def read_results(path: str, threshold: float = 1.0) -> pd.DataFrame:
-    """An episodes CSV, normalised (see :func:`~.analysis.table.normalise`) and checked (:func:`check_values`)."""
+def suite_thresholds() -> dict[str, float]:
+    """The success threshold of every built-in suite, by name."""
+    from ..formats.native.loader import load_suite
+    from .simulator_check import builtin_suites
+
+    out = {}
+    for path in builtin_suites():
+        try:
+            suite = load_suite(path)
+        except Exception:  # noqa: BLE001 - a suite that does not load names no threshold
+            continue
+        out[suite.name] = float(suite.threshold)
+    return out
+
+
+def _thresholds_for(df: pd.DataFrame, path: str) -> pd.DataFrame:
+    """Fill blank ``success`` values from each row's suite threshold, saying where 1.0 was assumed."""
+    import pandas as pd
+
+    blank = df["success"].isna() if "success" in df.columns else pd.Series(True, index=df.index)
+    if not len(df) or not blank.any() or "suite" not in df.columns or "reward" not in df.columns:
+        return df
+    known = suite_thresholds()
+    suites = sorted({str(x) for x in df.loc[blank, "suite"]})
+    assumed = [x for x in suites if x not in known]
+    used = {x: known.get(x, 1.0) for x in suites}
+    if assumed:
+        log.warning("%s: no success value for suite(s) %s, which name no built-in suite: success = reward >= 1.0 "
+                    "assumed (pass --success-threshold R to say otherwise)", path, ", ".join(assumed))
+    for x in suites:
+        if x in known:
+            log.info("%s: suite %s: success = reward >= %g (its threshold) where the CSV gives none", path, x, used[x])
+    reward = pd.to_numeric(df["reward"], errors="coerce")
+    thr = df["suite"].astype(str).map(used).astype(float)
+    ok = (reward >= thr).where(reward.notna())
+    df = df.copy()
+    given = list(df["success"]) if "success" in df.columns else [None] * len(df)
+    df["success"] = [(bool(o) if o == o else None) if b else v for b, o, v in zip(blank, ok, given)]
+    return df
+
+
+def read_results(path: str, threshold: float | None = 1.0) -> pd.DataFrame:
+    """An episodes CSV, normalised (see :func:`~.analysis.table.normalise`) and checked (:func:`check_values`).
+
+    ``threshold`` None: a blank ``success`` is ``reward >=`` the threshold of the built-in suite the row
+    names, else 1.0 (logged as assumed).
+    """
     import math
 
     import pandas as pd
 
     from ..analysis import normalise
 
-    if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+    if threshold is not None and not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
         raise OptionError(f"--success-threshold {threshold!r}: expected a number in [0, 1]")
     try:
         df = pd.read_csv(path, dtype={c: str for c in ("run_id", "model", "suite", "task", "family", "operator",
-                                                      "error", "awareness", "behaviour", "trajectory")},
+                                                      "error", "awareness", "behaviour", "trajectory",
+                                                      "variant_digest")},
                          keep_default_na=False, na_values={c: [""] for c in ("reward", "success", "compliance")})
     except (OSError, ValueError) as exc:
         raise AgentPerturbError(f"{path}: cannot read the episodes CSV ({exc})") from None
-    table = normalise(df, threshold=threshold, source=path)
+    if threshold is None:
+        df = _thresholds_for(df, path)
+    table = normalise(df, threshold=1.0 if threshold is None else threshold, source=path)
     check_values(table, path)
     return table
 
@@ -367,7 +416,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     if not args.json_out and not args.out:
         raise OptionError("analyze: nothing to write; pass --json PATH and/or --out PATH")
-    table = read_results(args.results, args.success_threshold)
+    table = read_results(args.results, getattr(args, "success_threshold", None))
     analysis, verdict, page = _judge(table, [], args)
     if args.json_out:
         doc = summary(analysis) if analysis is not None else {"degradation": [], "suite_average": [],
@@ -395,7 +444,7 @@ def parquet_engine() -> str | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``agentperturb export``: the episode table (:data:`~..model.records.STORE_COLUMNS`) as CSV or Parquet."""
+    """``agentperturb export``: the episode table (:data:`~..model.records.STORE_COLUMNS`, then ``variant_digest``)."""
     import pandas as pd
 
     from ..model.records import STORE_COLUMNS as COLUMNS
@@ -405,7 +454,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise AgentPerturbError("--format parquet needs a Parquet engine for pandas, which pytest-agentperturb "
                                 "does not install: pip install pyarrow (or fastparquet), or use --format csv")
     rows = _store_rows(args.store, args.run_id)
-    df = pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], columns=list(COLUMNS))
+    cols = [*COLUMNS, "variant_digest"]   # so that a table read back shows which variants two runs met
+    df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
     for b in ("success", "compliance"):
         df[b] = pd.Series([None if pd.isna(v) else bool(v) for v in df[b]], index=df.index, dtype=object)
     out = Path(args.out)

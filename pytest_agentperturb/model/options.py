@@ -188,8 +188,10 @@ OPTIONS: tuple[Option, ...] = (
            "fail the session when a model's overall D rose by more than PTS points over the baseline run "
            "(--agentperturb-baseline).", "gate", "PTS"),
     Option("gate_on", "--agentperturb-gate-on", "rule", None,
-           "how a maximum (drop or regression) is judged: point (the estimate, default), significant (the "
-           "whole 95 percent interval lies above the limit) or conservative (any part of it does).", "gate",
+           "how a maximum (drop or regression) is judged: point (the estimate, default), significant (a "
+           "one-sided test at 2.5 percent rejects D <= limit: an exact paired test, Holm-corrected over "
+           "families or targets; a regression: the whole 95 percent interval lies above the limit) or "
+           "conservative (any part of the interval does).", "gate",
            "{point,significant,conservative}"),
 )
 BY_DEST: Mapping[str, Option] = {o.dest: o for o in OPTIONS}

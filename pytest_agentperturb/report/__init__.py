@@ -110,7 +110,7 @@ def _model_table(a: Analysis) -> str:
         ("perturbed P", "perturbed", "f3"), ("relative drop D", "relative_drop", "pct"), ("95% CI", "ci", "pct"),
         ("harmful flips", "harmful_rate", "rate"), ("bypass", "bypass_rate", "rate"),
         ("tasks", "n_tasks", "i"), ("perturbed episodes", "n_perturbed", "i"), ("pairs", "n_pairs", "i"),
-        ("dropped", "n_dropped", "i")], cls="models")
+        ("dropped", "n_dropped", "i"), ("smallest detectable D", "min_detectable", "pct")], cls="models")
 
 
 def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,

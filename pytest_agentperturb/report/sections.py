@@ -42,10 +42,12 @@ def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
     """One cell, formatted and escaped."""
     if kind == "model":
         return model_cell(v, base)
+    if kind == "curve":
+        return " ".join("–" if x != x else f"{x:.2f}" for x in v) if isinstance(v, (list, tuple)) else "–"
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if kind == "pct":
-        return f"{float(v):.1f} %"
+        return "none up to 100 %" if float(v) == math.inf else f"{float(v):.1f} %"
     if kind == "rate":
         return f"{float(v):.2f}"
     if kind == "f3":
@@ -97,7 +99,9 @@ def heatmap_for(a: Analysis, model: str, suite: str, *, title: str = "") -> str:
 
 def degradation(a: Analysis) -> str:
     out = ["<p>D = 100 (C − P) / C per level; intervals are 95 % percentile intervals of a cluster bootstrap "
-           f"over tasks ({a.replicates} replicates).</p>"]
+           f"over tasks ({a.replicates} replicates; replicates whose clean score is 0 have no D and are counted). "
+           "Exact p: the one-sided exact paired test of no drop (binary rewards). Smallest detectable D: the "
+           "relative drop this run detects with 80 % power at one-sided 2.5 % (normal approximation).</p>"]
     for suite in sorted(set(a.drops["suite"])):
         d = a.drops[(a.drops["suite"] == suite) & (a.drops["model"] == ALL_MODELS)]
         items = [(f"{r['level_kind']}: {r['level']}", r["relative_drop"], r["ci_low"], r["ci_high"])
@@ -112,7 +116,9 @@ def degradation(a: Analysis) -> str:
             a.drops[a.drops["suite"] == suite], baselines=baselines(a), cols=[("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
              ("clean C", "clean", "f3"), ("perturbed P", "perturbed", "f3"), ("D", "relative_drop", "pct"),
              ("95% CI", "ci", "pct"), ("episodes", "n_perturbed", "i"), ("pairs", "n_pairs", "i"),
-             ("dropped", "n_dropped", "i"), ("why", "dropped_why", "s")]) + "</details>")
+             ("dropped", "n_dropped", "i"), ("why", "dropped_why", "s"),
+             ("exact p, no drop (one-sided)", "p_exact", "p"), ("smallest detectable D", "min_detectable", "pct"),
+             ("replicates with C* = 0", "n_boot_undefined", "i")]) + "</details>")
     return "".join(out)
 
 
@@ -265,7 +271,8 @@ def repeats(a: Analysis) -> str:
             + table(t, baselines=baselines(a), cols=[
                 ("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"), ("k", "k", "i"),
                 ("tasks", "n_tasks", "i"), ("pass@1", "pass_at_1", "rate"), ("pass^k", "pass_hat_k", "rate"),
-                ("pass@k", "pass_at_k", "rate"), ("flip rate", "flip_rate", "rate"),
+                ("pass@k", "pass_at_k", "rate"), ("pass^1..pass^k", "pass_hat_curve", "curve"),
+                ("flip rate", "flip_rate", "rate"),
                 ("noise floor", "noise_floor", "rate"), ("excess", "excess", "f3"), ("95% CI", "excess_ci", "s"),
                 ("verdict", "verdict", "s"), ("D", "relative_drop", "pct"), ("D 95% CI", "d_ci", "s")]))
 
@@ -292,7 +299,8 @@ def versus_baseline(a: Analysis) -> str:
         ("level", "level_kind", "s"), ("", "level", "s"), ("D this run", "d_current", "pct"),
         ("D baseline", "d_baseline", "pct"), ("change (points)", "delta", "f3"), ("95% CI", "ci", "f3"),
         ("verdict", "verdict", "s"), ("tasks", "n_tasks", "i"), ("pairs", "n_pairs_current", "i"),
-        ("pairs (baseline)", "n_pairs_baseline", "i")]))
+        ("pairs (baseline)", "n_pairs_baseline", "i"),
+        ("smallest detectable change (points)", "min_detectable", "f0")]))
     if len(v.mismatches):
         out.append(f"<details><summary>left out of the comparison: {len(v.mismatches)} (task, family) pair(s)"
                    "</summary>" + table(v.mismatches, [
