@@ -202,3 +202,18 @@ def test_continuous_rewards_with_a_degenerate_bootstrap_are_not_evaluated() -> N
     v = gate.evaluate_tables(gate.parse({"max_family_drop": ["tool-missing=10"], "gate_on": "significant"}), d, df)
     (b,) = v.breaches
     assert "degenerate" in b.reason and "continuous rewards have no exact test" in b.reason
+
+
+def test_a_perfect_clean_score_does_not_make_every_drop_detectable() -> None:
+    """At C = 1 the normal approximation has no variance left; the exact test still needs six failed
+    clusters at one-sided 2.5 %, so the stated smallest drop is where 80 % of runs have them."""
+    from math import comb
+
+    from pytest_agentperturb.analysis.stats import min_detectable_drop
+
+    d = min_detectable_drop(1.0, 336)
+    assert 1.5 < d < 4.0
+    q = d / 100
+    at_least_six = 1 - sum(comb(336, k) * q ** k * (1 - q) ** (336 - k) for k in range(6))
+    assert abs(at_least_six - 0.80) < 0.01
+    assert min_detectable_drop(1.0, 28) > min_detectable_drop(1.0, 336)

@@ -428,7 +428,22 @@ def min_detectable_drop(clean: float, clusters: int, per_cluster: float = 1.0) -
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if gap(mid) >= 0 else (mid, hi)
-    return 100.0 * hi
+    # the normal approximation has no variance left when C = 1 (every clean outcome passes): however small the
+    # drop, it would call it detectable. The exact test still needs `need` clusters that failed; at a drop D
+    # their number is at least Binomial(G, C D), so no D below the one that gives `need` of them with 80 %
+    # probability is detectable.
+    def enough(d: float) -> bool:
+        q = c * d
+        below = sum(math.comb(clusters, k) * q ** k * (1 - q) ** (clusters - k) for k in range(need))
+        return 1 - below >= POWER
+
+    elo, ehi = 0.0, 1.0
+    if not enough(1.0):
+        return float("inf")
+    for _ in range(50):
+        mid = (elo + ehi) / 2
+        elo, ehi = (elo, mid) if enough(mid) else (mid, ehi)
+    return 100.0 * max(hi, ehi)
 
 
 class Replicates(dict):  # type: ignore[type-arg]
