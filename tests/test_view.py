@@ -195,8 +195,7 @@ def test_missing_store_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_without_the_extra_names_it(store: Path, monkeypatch: pytest.MonkeyPatch,
                                     caplog: pytest.LogCaptureFixture) -> None:
-    real = importlib.util.find_spec
-    monkeypatch.setattr(view.importlib.util, "find_spec", lambda n, *a: None if n == "datasette" else real(n, *a))
+    monkeypatch.setattr(view, "_have_datasette", lambda: False)
     assert main(["view", str(store)]) == 2
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "pip install 'pytest-agentperturb[view]'" in lines[0]
@@ -209,8 +208,7 @@ def test_bad_options(store: Path, tmp_path: Path, caplog: pytest.LogCaptureFixtu
 
 
 def test_serves_both_immutable(store: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    real = importlib.util.find_spec
-    monkeypatch.setattr(view.importlib.util, "find_spec", lambda n, *a: object() if n == "datasette" else real(n, *a))
+    monkeypatch.setattr(view, "_have_datasette", lambda: True)
     caplog.set_level(logging.INFO, "agentperturb")
     seen: dict[str, Any] = {}
     before = _digest(store)
@@ -319,10 +317,15 @@ def _browse(chromium: str, tmp_path: Path, url: str, screenshot: Path | None = N
     return r.stdout
 
 
-def test_in_a_browser(served: str, store: Path, tmp_path: Path) -> None:
-    chromium = _chromium()
-    if chromium is None:
+@pytest.fixture
+def chromium() -> str:
+    found = _chromium()
+    if found is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
+    return found
+
+
+def test_in_a_browser(chromium: str, served: str, store: Path, tmp_path: Path) -> None:
     before = _digest(store)
     with urllib.request.urlopen(f"{served}/-/databases.json", timeout=10) as r:
         dbs = json.load(r)

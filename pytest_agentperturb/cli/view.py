@@ -358,7 +358,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         raise OptionError(f"--port {args.port}: expected a port number 1..65535")
     if args.pages is not None and not Path(args.pages).is_dir():
         raise OptionError(f"--pages {args.pages}: no such folder")
-    if importlib.util.find_spec("datasette") is None:
+    if not _have_datasette():
         raise AgentPerturbError(f"agentperturb view needs Datasette, the view extra: {EXTRA_HINT}")
     pages = Path(args.pages) if args.pages is not None else store.with_name(f"{store.stem}-tasks")
     if not pages.is_dir():
@@ -395,6 +395,13 @@ def cmd_view(args: argparse.Namespace) -> int:
                  counts["episodes"], counts["linked"])
         sys.stderr.flush()
         return _serve(argv)
+
+
+def _have_datasette() -> bool:
+    try:
+        return importlib.util.find_spec("datasette") is not None
+    except (ImportError, ValueError):   # a broken install, or a module entry without a spec
+        return False
 
 
 def _serve(argv: Sequence[str]) -> int:
