@@ -100,7 +100,7 @@ def test_runs_over_time(explorer: Path) -> None:
     assert (b["episodes"], b["passed"], b["agent_failed"], b["errors"]) == (15, 6, 8, 1)
     assert a["clean_success"] == b["clean_success"] == 1.0 and a["success_rate"] == round(8 / 15, 4)
     assert a["models"] == "acme/flaky, reference/careful, reference/literal" and a["tasks"] == 1
-    assert a["started"] <= b["started"] and a["version"] and json.loads(a["config"])["seed"] == 0
+    assert a["started"] <= b["started"] and a["version"] and a["seed"] == 0
     assert b["failures_link"] == f"{BASE}/explorer/failures_of_run?run_id=run-b"
     assert a["episodes_link"] == f"{BASE}/explorer/episodes?run_id=run-a"
 
@@ -234,6 +234,27 @@ def test_serves_both_immutable(store: Path, monkeypatch: pytest.MonkeyPatch, cap
     assert "serving" in caplog.text and "http://127.0.0.1:8123/" in caplog.text
 
 
+def test_a_store_named_like_the_snapshot(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(view, "_have_datasette", lambda: True)
+    named = tmp_path / "explorer.sqlite"
+    shutil.copy(store, named)
+    seen: dict[str, Any] = {}
+
+    def serve(argv: list[str]) -> int:
+        served = [Path(argv[i + 1]) for i, a in enumerate(argv) if a == "--immutable"]
+        seen["names"] = [p.stem for p in served]
+        seen["target"] = served[1].resolve()
+        seen["meta"] = json.loads(Path(argv[argv.index("--metadata") + 1]).read_text(encoding="utf-8"))
+        seen["static"] = "--static" in argv
+        return 0
+
+    monkeypatch.setattr(view, "_serve", serve)
+    assert main(["view", str(named)]) == 0
+    assert seen["names"] == ["explorer", "results"] and seen["target"] == named.resolve()
+    assert set(seen["meta"]["databases"]) == {"explorer", "results"}
+    assert not seen["static"]   # no explorer-tasks folder beside it: no pages to serve
+
+
 # -- in a real browser -----------------------------------------------------------------------------------------------
 
 def _chromium() -> str | None:
@@ -364,7 +385,8 @@ def test_in_a_browser(chromium: str, served: str, store: Path, tmp_path: Path) -
     shots.mkdir(parents=True, exist_ok=True)
     from PIL import Image
 
-    for name, url in (("episodes", "explorer/episodes"), ("failures", "explorer/failures_of_run?run_id=run-b")):
+    for name, url in (("episodes", "explorer/episodes"), ("failures", "explorer/failures_of_run?run_id=run-b"),
+                      ("runs", "explorer/runs")):
         _browse(chromium, tmp_path, f"{served}/{url}", screenshot=shots / f"{name}.png")
         with Image.open(shots / f"{name}.png") as im:
             assert im.size == (1400, 1000)

@@ -65,11 +65,10 @@ EPISODE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 #: The explorer's ``runs`` columns and their SQLite types.
 RUN_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("run_id", "TEXT PRIMARY KEY"), ("started", "TEXT"), ("last_episode", "TEXT"), ("models", "TEXT"),
-    ("tasks", "INTEGER"), ("episodes", "INTEGER"), ("passed", "INTEGER"), ("agent_failed", "INTEGER"),
-    ("errors", "INTEGER"), ("success_rate", "REAL"), ("clean_success", "REAL"), ("perturbed_success", "REAL"),
-    ("cost_usd", "REAL"), ("version", "TEXT"), ("episodes_link", "TEXT"), ("failures_link", "TEXT"),
-    ("config", "TEXT"),
+    ("run_id", "TEXT PRIMARY KEY"), ("started", "TEXT"), ("episodes", "INTEGER"), ("passed", "INTEGER"),
+    ("agent_failed", "INTEGER"), ("errors", "INTEGER"), ("success_rate", "REAL"), ("clean_success", "REAL"),
+    ("perturbed_success", "REAL"), ("cost_usd", "REAL"), ("failures_link", "TEXT"), ("episodes_link", "TEXT"),
+    ("models", "TEXT"), ("tasks", "INTEGER"), ("last_episode", "TEXT"), ("seed", "INTEGER"), ("version", "TEXT"),
 )
 
 _LATEST = "(SELECT run_id FROM runs ORDER BY started DESC, run_id DESC LIMIT 1)"
@@ -218,11 +217,12 @@ def run_rows(tallies: Mapping[str, _RunTally], configs: Mapping[str, tuple[float
         start = created if created is not None else t.first
         episodes = f"{base_url}/{EXPLORER}/episodes?" + urlencode({"run_id": run_id})
         failures = f"{base_url}/{EXPLORER}/failures_of_run?" + urlencode({"run_id": run_id})
+        seed = cfg.get("seed")
         out.append((start or 0.0, run_id, (
-            run_id, _iso(start), _iso(t.last), ", ".join(t.models), len(t.tasks), t.n, t.passed, t.failed, t.errors,
-            _rate(t.passed, t.passed + t.failed), _rate(*t.clean), _rate(*t.perturbed),
-            None if t.cost is None else round(t.cost, 6), str(cfg.get("version", "")) or None, episodes, failures,
-            json.dumps(cfg, sort_keys=True) if cfg else None)))
+            run_id, _iso(start), t.n, t.passed, t.failed, t.errors, _rate(t.passed, t.passed + t.failed),
+            _rate(*t.clean), _rate(*t.perturbed), None if t.cost is None else round(t.cost, 6), failures, episodes,
+            ", ".join(t.models), len(t.tasks), _iso(t.last), seed if isinstance(seed, int) else None,
+            str(cfg.get("version", "")) or None)))
     return [row for _, _, row in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
@@ -308,6 +308,7 @@ def metadata(store: Path, store_db: str, pages: Path | None) -> dict[str, Any]:
                             "perturbed_success": "success rate of the perturbed episodes",
                             "episodes_link": "the run's episodes",
                             "failures_link": "the run's failures (a canned query)",
+                            "seed": "the run's seed; its whole configuration is in the store's runs table",
                         },
                     },
                     "episodes": {
