@@ -18,7 +18,7 @@ from ..model.errors import AgentPerturbError
 
 #: Modules contributing sub-commands (each defines ``add_commands``).
 COMMAND_MODULES: tuple[str, ...] = ("pytest_agentperturb.cli.variants", "pytest_agentperturb.cli.analysis",
-                                    "pytest_agentperturb.cli.simulator_check")
+                                    "pytest_agentperturb.cli.simulator_check", "pytest_agentperturb.cli.view")
 
 
 def _list_suites(args: argparse.Namespace) -> int:
@@ -48,12 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for usage and input errors)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     argv = list(sys.argv[1:] if argv is None else argv)
-    from . import analysis
+    from . import analysis, view
 
-    # report, analyze and export need none of the other commands' modules (suite loading, the simulator):
-    # their parser is built alone, so they start without importing them.
-    parser = build_parser(("pytest_agentperturb.cli.analysis",) if argv[:1] and argv[0] in analysis.COMMANDS
-                          else COMMAND_MODULES)
+    # report, analyze, export and view need none of the other commands' modules (suite loading, the
+    # simulator): their parser is built alone, so they start without importing them.
+    alone = {**dict.fromkeys(analysis.COMMANDS, "pytest_agentperturb.cli.analysis"),
+             **dict.fromkeys(view.COMMANDS, "pytest_agentperturb.cli.view")}
+    parser = build_parser((alone[argv[0]],) if argv[:1] and argv[0] in alone else COMMAND_MODULES)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

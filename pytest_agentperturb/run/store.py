@@ -23,7 +23,7 @@ import json
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
@@ -303,6 +303,36 @@ class Store:
         order = "MIN(recorded_at)" if "recorded_at" in self._have else "run_id"
         return [str(r[0]) for r in self._read(f"SELECT run_id FROM episodes GROUP BY run_id ORDER BY {order}")]
 
+    def listing(self) -> Iterator[dict[str, Any]]:
+        """Every episode of every run without its trajectory, in key order, read as consumed (``agentperturb view``).
+
+        Each row holds the :data:`STORE_COLUMNS` (``trajectory`` NULL), ``variant_digest`` and ``recorded_at``.
+        """
+        if not self._have:
+            return
+        try:
+            cursor = self._conn.execute(f"SELECT {self._select(skip=('trajectory',))} FROM episodes "
+                                        f"ORDER BY {self._order()}")
+            while batch := cursor.fetchmany(512):
+                for r in batch:
+                    yield dict(zip(_STORED, r))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the results store ({exc}); fix: {_FIX}") from None
+
+    def run_configs(self) -> dict[str, tuple[float | None, dict[str, Any]]]:
+        """Run id -> (when it was recorded, its configuration), from the ``runs`` table (empty without one)."""
+        if not {"run_id", "created", "config"} <= self._columns("runs"):
+            return {}
+        out: dict[str, tuple[float | None, dict[str, Any]]] = {}
+        for run_id, created, config in self._read("SELECT run_id, created, config FROM runs"):
+            try:
+                cfg = json.loads(config) if config else {}
+            except ValueError:
+                cfg = {}
+            out[str(run_id)] = (float(created) if isinstance(created, (int, float)) else None,
+                                cfg if isinstance(cfg, dict) else {})
+        return out
+
     def count(self, run_id: str | None = None) -> int:
         where, args = ("WHERE run_id = ?", (run_id,)) if run_id else ("", ())
         rows = self._read(f"SELECT COUNT(*) FROM episodes {where}", args)
@@ -342,6 +372,32 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
             if suffix:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def write_tables(path: Path | str, tables: Iterable[tuple[str, Sequence[tuple[str, str]], Iterable[Sequence[Any]],
+                                                         Sequence[Sequence[str]]]]) -> None:
+    """Write a new SQLite file of plain tables (``agentperturb view``'s snapshot of a store).
+
+    Each table is (name, [(column, SQL type)], rows, indexes: column lists); names are the caller's own
+    identifiers, never data.  The file must not exist yet.
+
+    Raises:
+        StoreError: naming the file, when it exists or SQLite cannot write it.
+    """
+    p = Path(path)
+    if p.exists():
+        raise StoreError(f"{p}: exists already; the snapshot is written to a new file")
+    try:
+        with closing(sqlite3.connect(p, isolation_level=None)) as conn:
+            conn.execute("BEGIN")
+            for name, cols, rows, indexes in tables:
+                conn.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {t}' for c, t in cols)})")
+                conn.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(cols))})", rows)
+                for i, idx in enumerate(indexes):
+                    conn.execute(f"CREATE INDEX {name}_{i} ON {name} ({', '.join(idx)})")
+            conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise StoreError(f"{p}: cannot write the snapshot ({exc})") from None
 
 
 def read_rows(path: Path | str, run_id: str | None = None) -> list[dict[str, Any]]:
