@@ -87,3 +87,47 @@ def test_blocking_agent_past_its_timeout_lets_pytest_exit(pytester: pytest.Pytes
                                            "--agentperturb-episode-timeout", "1", "-p", "no:cacheprovider",
                                            timeout=90)
     assert "EpisodeTimeout" in result.stdout.str() or "errors: 1" in result.stdout.str()
+
+
+NOT_JSON = '''
+class Obj:
+    pass
+def bytes_answer(ctx):
+    ctx.finish(b"done")
+def int_answer(ctx):
+    ctx.finish(42)
+def object_argument(ctx):
+    ctx.call_tool("search", {"q": Obj()})
+    ctx.finish("done")
+def caught(ctx):
+    try:
+        ctx.finish(b"done")
+    except TypeError:
+        pass
+    ctx.finish("done")
+def appends(ctx):
+    ctx.trajectory.append({"role": "assistant", "content": Obj()})
+    ctx.finish("done")
+'''
+
+
+@pytest.mark.parametrize("name, says", [
+    ("bytes_answer", "finish(): the answer must be str, got bytes"),
+    ("int_answer", "finish(): the answer must be str, got int"),
+    ("object_argument", "the arguments are not JSON"),
+    ("caught", "finish(): the answer must be str, got bytes"),
+    ("appends", "the trajectory holds a value that is not JSON"),
+])
+def test_agent_value_not_json_is_a_stored_error(pytester: pytest.Pytester, suite: Path, name: str,
+                                                says: str) -> None:
+    pytester.makepyfile(myagent=NOT_JSON)
+    result = pytester.runpytest_subprocess(*ARGS[:-4], "--agentperturb-agent", f"myagent.py:{name}",
+                                           "-p", "no:cacheprovider", timeout=120)
+    out = result.stdout.str()
+    assert len(result.outlines) < 60 and "Traceback" not in out, out   # short: no 3,300-line traceback
+    assert "episodes run: 1" in out and "errors: 1" in out and says in out, out
+    assert (pytester.path / "reports" / "agentperturb.html").is_file()
+    with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
+        (error, reward, traj), = conn.execute("SELECT error, reward, trajectory FROM episodes").fetchall()
+    assert error.startswith("AgentValueError: ") and says in error and reward is None
+    assert traj.startswith("[")

@@ -22,13 +22,14 @@ simulator answers at once on every path.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InfrastructureError, SimulatorError, ToolError
+from .errors import AgentValueError, InfrastructureError, SimulatorError, ToolError
 from .interfaces import Agent as Agent  # re-exported: the seam that receives this context
 from .interfaces import Environment, Simulator
 from .protocols import Observation, UserReply
@@ -93,6 +94,8 @@ class EpisodeContext:
     cancelled: bool = False
     loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     simulator_error: str = ""
+    #: the first value the agent handed a channel that is not JSON (or not text): the episode is an ERROR
+    agent_error: str = ""
     _shown: int = field(default=-1, repr=False)
 
     @property
@@ -138,6 +141,7 @@ class EpisodeContext:
     def call_tool(self, name: str, args: Any, raw_args: str | None = None) -> Observation:
         """Run a tool call by the name the agent used; a bad call becomes an error observation."""
         self._check_open()
+        self._check_call(name, args, raw_args)
         self.tool_calls += 1
         self.trajectory.append(tool_call(name, args if raw_args is None else raw_args))
         if name == ASK_USER:
@@ -152,6 +156,21 @@ class EpisodeContext:
         self.record_observation(name, obs)
         return obs
 
+    def _refuse(self, msg: str) -> AgentValueError:
+        """The agent handed a channel a value the episode cannot keep: remember it (an ERROR) and say so."""
+        self.agent_error = self.agent_error or msg[:400]
+        return AgentValueError(msg[:400])
+
+    def _check_call(self, name: Any, args: Any, raw_args: Any) -> None:
+        """A tool call's name must be text, its raw arguments text, its arguments JSON."""
+        if not isinstance(name, str):
+            raise self._refuse(f"call_tool(): the tool name must be str, got {type(name).__name__}")
+        if raw_args is not None and not isinstance(raw_args, str):
+            raise self._refuse(f"call_tool({name!r}): raw_args must be str, got {type(raw_args).__name__}")
+        why = not_json(args)
+        if why:
+            raise self._refuse(f"call_tool({name!r}): the arguments are not JSON ({why})")
+
     def record_observation(self, name: str, obs: Observation) -> None:
         """Append a tool result to the trajectory (text, plus typed parts when not text only)."""
         self.trajectory.append(tool_result(name, obs.text, obs.to_json() if obs.images else None))
@@ -161,6 +180,7 @@ class EpisodeContext:
         if name != ASK_USER:
             return self.call_tool(name, args, raw_args)
         self._check_open()
+        self._check_call(name, args, raw_args)
         self.tool_calls += 1
         self.trajectory.append(tool_call(name, args if raw_args is None else raw_args))
         return Observation.of_text(await self.ask_user_async(question_text(args), record_call=False))
@@ -194,6 +214,8 @@ class EpisodeContext:
 
     def _asking(self, question: str, record_call: bool) -> None:
         self._check_open()
+        if not isinstance(question, str):
+            raise self._refuse(f"ask_user(): the question must be str, got {type(question).__name__}")
         if record_call:
             self.tool_calls += 1
             self.trajectory.append(tool_call(ASK_USER, {"question": question}))
@@ -223,11 +245,22 @@ class EpisodeContext:
         return _recovery_turns(self.trajectory)
 
     def finish(self, answer: str) -> None:
-        """Give the final answer and end the episode."""
+        """Give the final answer (text) and end the episode."""
         self._check_open()
+        if not isinstance(answer, str):
+            raise self._refuse(f"finish(): the answer must be str, got {type(answer).__name__}")
         self.answer = answer
         self.finished = True
         self.trajectory.append(final_answer(answer))
+
+
+def not_json(value: Any) -> str:
+    """Why ``value`` cannot be stored as JSON (``""`` when it can): an object, bytes, a cycle, too deep."""
+    try:
+        json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    return ""
 
 
 def _on(loop: asyncio.AbstractEventLoop) -> bool:

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from ..model.context import EpisodeContext
+from ..model.context import EpisodeContext, not_json
 from ..model.interfaces import Agent
 from ..model.images import EditedImages
 from ..model.interfaces import Simulator
@@ -100,11 +100,37 @@ async def run_episode(
     """
     rec = await _play(task, variant, agent, run_id=run_id, seed=seed, timeout_s=timeout_s, simulator=simulator,
                       repeat=repeat, episode_seed=episode_seed)
+    _keep_json(rec)
     known = secrets()
     if known:
         rec.error = redact_text(rec.error, known)
         rec.trajectory = redact_data(rec.trajectory, known)
     return rec
+
+
+def _keep_json(rec: EpisodeRecord) -> None:
+    """A trajectory that holds a value that is not JSON (agent code appended one) is kept as text, an ERROR."""
+    why = not_json(rec.trajectory)
+    if not why:
+        return
+    rec.trajectory = cast(Any, _as_json(rec.trajectory, 0))
+    if not rec.error:   # an ERROR is never scored
+        rec.reward = rec.success = rec.compliance = None
+        rec.error = f"AgentValueError: the trajectory holds a value that is not JSON ({why}); kept as text"[:500]
+
+
+def _as_json(x: Any, depth: int) -> Any:
+    """``x`` with every value JSON cannot hold replaced by a short ``repr`` (and nesting past 64 levels cut)."""
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    if depth < 64 and isinstance(x, dict):
+        return {k if isinstance(k, str) else repr(k)[:200]: _as_json(v, depth + 1) for k, v in x.items()}
+    if depth < 64 and isinstance(x, (list, tuple)):
+        return [_as_json(v, depth + 1) for v in x]
+    try:
+        return f"<not JSON: {repr(x)[:200]}>"
+    except Exception:  # noqa: BLE001 - a repr that raises
+        return f"<not JSON: {type(x).__name__}>"
 
 
 async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed: int, timeout_s: float | None,
@@ -142,6 +168,8 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
             traceback.format_exception(exc))[-8000:]))
     finally:
         ctx.cancelled = True  # a blocking agent still running in its thread stops at its next call
+    if ctx.agent_error and not rec.error:  # even when the agent caught it: the store keeps only JSON
+        rec.error = f"AgentValueError: {ctx.agent_error}"[:500]
     if ctx.simulator_error and not rec.error:  # even when the agent caught it: the user failed, not the agent
         rec.error = f"SimulatorError: {ctx.simulator_error}"[:500]
     rec.wall_s = round(time.perf_counter() - t0, 4)
