@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -131,3 +132,42 @@ def test_agent_value_not_json_is_a_stored_error(pytester: pytest.Pytester, suite
         (error, reward, traj), = conn.execute("SELECT error, reward, trajectory FROM episodes").fetchall()
     assert error.startswith("AgentValueError: ") and says in error and reward is None
     assert traj.startswith("[")
+
+
+BIG = '''
+def big_answer(ctx):
+    ctx.finish("done " + "y" * 5_000_000)
+def many_calls(ctx):
+    for i in range(60):
+        ctx.call_tool("mail_search", {"query": str(i) + "z" * 100_000})
+    ctx.finish("done")
+'''
+
+
+@pytest.mark.parametrize("name, note", [
+    ("big_answer", "truncated: the final answer was cut to 200,000 characters"),
+    ("many_calls", "truncated: the stored trajectory is limited to 4,000,000 characters"),
+])
+def test_sizes_are_bounded_and_the_row_says_so(pytester: pytest.Pytester, suite: Path, name: str, note: str) -> None:
+    from pytest_agentperturb.model.limits import MAX_TRAJECTORY_CHARS
+
+    pytester.makepyfile(myagent=BIG)
+    result = pytester.runpytest_subprocess(*ARGS[:-4], "--agentperturb-agent", f"myagent.py:{name}",
+                                           "-p", "no:cacheprovider", timeout=120)
+    assert "episodes run: 1" in result.stdout.str() and "Traceback" not in result.stdout.str()
+    with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
+        (error, traj), = conn.execute("SELECT error, trajectory FROM episodes").fetchall()
+    assert error == "" and len(traj) <= MAX_TRAJECTORY_CHARS and note in traj
+    assert json.loads(traj)[-1]["role"] == "grader"   # the grader's entry is kept
+
+
+def test_a_huge_observation_is_cut_for_the_agent_and_the_trajectory() -> None:
+    from pytest_agentperturb.model.context import EpisodeContext
+    from pytest_agentperturb.model.limits import MAX_OBSERVATION_CHARS
+    from pytest_agentperturb.model.protocols import Observation
+
+    ctx = EpisodeContext(task=None, variant=None, env=None, simulator=None)  # type: ignore[arg-type]
+    obs = ctx.record_observation("dump", Observation.of_text("w" * (MAX_OBSERVATION_CHARS * 5)))
+    assert len(obs.text) <= MAX_OBSERVATION_CHARS and obs.text.endswith("characters left out]")
+    assert ctx.trajectory[0]["content"] == obs.text
+    assert ctx.trajectory[1]["content"].startswith("truncated: the observation of dump was cut")

@@ -32,7 +32,8 @@ from typing import Any
 from .errors import AgentValueError, InfrastructureError, SimulatorError, ToolError
 from .interfaces import Agent as Agent  # re-exported: the seam that receives this context
 from .interfaces import Environment, Simulator
-from .protocols import Observation, UserReply
+from .limits import MAX_OBSERVATION_CHARS, MAX_REPLY_CHARS, cut
+from .protocols import Observation, TextPart, UserReply
 from .records import Variant
 from .task import Surfaces, Task
 from .trajectory import ASK_USER as ASK_USER  # re-exported: the clarification tool's name
@@ -153,8 +154,39 @@ class EpisodeContext:
                 obs = Observation.of(self.env.call(name, args))
             except ToolError as exc:
                 obs = Observation.failure(str(exc))
-        self.record_observation(name, obs)
-        return obs
+        return self.record_observation(name, obs)
+
+    @staticmethod
+    def _bounded(obs: Observation) -> tuple[Observation, int]:
+        """``obs`` with its text parts cut to MAX_OBSERVATION_CHARS in all; how many characters were left out."""
+        if sum(len(p.text) for p in obs.parts if isinstance(p, TextPart)) <= MAX_OBSERVATION_CHARS:
+            return obs, 0
+        budget, parts, left_out = MAX_OBSERVATION_CHARS, [], 0
+        for p in obs.parts:
+            if isinstance(p, TextPart):
+                text, out = cut(p.text, budget)
+                budget, left_out = max(0, budget - len(p.text)), left_out + out
+                p = TextPart(text)
+            parts.append(p)
+        return Observation(tuple(parts), error=obs.error), left_out
+
+    def note_cut(self, what: str, left_out: int, limit: int) -> None:
+        """Say in the trajectory that ``what`` was cut to ``limit`` characters."""
+        self.trajectory.append(harness_note(f"truncated: {what} was cut to {limit:,} characters "
+                                            f"({left_out:,} left out)"))
+
+    def reply(self, text: str, *, turn: int, usage: dict[str, Any]) -> str:
+        """Record one model reply (an assistant message, its turn and usage); the text as kept.
+
+        A reply past :data:`~.limits.MAX_REPLY_CHARS` is cut (with a marker and a harness note).
+        """
+        if not isinstance(text, str):
+            raise self._refuse(f"reply(): the text must be str, got {type(text).__name__}")
+        text, left_out = cut(text, MAX_REPLY_CHARS)
+        self.trajectory.append({"role": "assistant", "content": text, "turn": turn, "usage": usage})
+        if left_out:
+            self.note_cut("a model reply", left_out, MAX_REPLY_CHARS)
+        return text
 
     def _refuse(self, msg: str) -> AgentValueError:
         """The agent handed a channel a value the episode cannot keep: remember it (an ERROR) and say so."""
@@ -171,9 +203,17 @@ class EpisodeContext:
         if why:
             raise self._refuse(f"call_tool({name!r}): the arguments are not JSON ({why})")
 
-    def record_observation(self, name: str, obs: Observation) -> None:
-        """Append a tool result to the trajectory (text, plus typed parts when not text only)."""
+    def record_observation(self, name: str, obs: Observation) -> Observation:
+        """Append a tool result to the trajectory (text, plus typed parts when not text only).
+
+        Text past :data:`~.limits.MAX_OBSERVATION_CHARS` is cut (with a marker and a harness note);
+        the observation as kept is returned (what the agent then sees).
+        """
+        obs, left_out = self._bounded(obs)
         self.trajectory.append(tool_result(name, obs.text, obs.to_json() if obs.images else None))
+        if left_out:
+            self.note_cut(f"the observation of {name}", left_out, MAX_OBSERVATION_CHARS)
+        return obs
 
     async def call_tool_async(self, name: str, args: Any, raw_args: str | None = None) -> Observation:
         """:meth:`call_tool` for code on the event loop: an ``ask_user`` call awaits the simulator."""
@@ -249,9 +289,12 @@ class EpisodeContext:
         self._check_open()
         if not isinstance(answer, str):
             raise self._refuse(f"finish(): the answer must be str, got {type(answer).__name__}")
+        answer, left_out = cut(answer, MAX_REPLY_CHARS)
         self.answer = answer
         self.finished = True
         self.trajectory.append(final_answer(answer))
+        if left_out:
+            self.note_cut("the final answer", left_out, MAX_REPLY_CHARS)
 
 
 def not_json(value: Any) -> str:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 from ..model.context import EpisodeContext, not_json
 from ..model.interfaces import Agent
 from ..model.images import EditedImages
+from ..model.limits import MAX_TRAJECTORY_CHARS, size
 from ..model.interfaces import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
@@ -101,6 +102,7 @@ async def run_episode(
     rec = await _play(task, variant, agent, run_id=run_id, seed=seed, timeout_s=timeout_s, simulator=simulator,
                       repeat=repeat, episode_seed=episode_seed)
     _keep_json(rec)
+    _bound(rec)
     known = secrets()
     if known:
         rec.error = redact_text(rec.error, known)
@@ -117,6 +119,36 @@ def _keep_json(rec: EpisodeRecord) -> None:
     if not rec.error:   # an ERROR is never scored
         rec.reward = rec.success = rec.compliance = None
         rec.error = f"AgentValueError: the trajectory holds a value that is not JSON ({why}); kept as text"[:500]
+
+
+def _bound(rec: EpisodeRecord, limit: int = MAX_TRAJECTORY_CHARS) -> None:
+    """A trajectory past ``limit`` characters (JSON) keeps its first and last entries, a note in between.
+
+    The grader's entry (the last) is always kept; entries are taken from the
+    start while they fill half the budget, then from the end; what lies
+    between is replaced by one harness note that says how much was left out.
+    """
+    traj = rec.trajectory
+    sizes = [size(e) + 2 for e in traj]
+    total = sum(sizes)
+    if total <= limit:
+        return
+    budget = limit - 400   # the note itself
+    keep_tail = 1 if traj and traj[-1].get("role") == GRADER else 0
+    budget -= sum(sizes[len(traj) - keep_tail:])
+    head = 0
+    while head < len(traj) - keep_tail and sizes[head] <= budget // 2 - sum(sizes[:head]):
+        head += 1
+    used = sum(sizes[:head])
+    tail = len(traj) - keep_tail
+    while tail > head and sizes[tail - 1] <= budget - used:
+        tail -= 1
+        used += sizes[tail]
+    left_out = tail - head
+    note = harness_note(f"truncated: the stored trajectory is limited to {limit:,} characters; {left_out} "
+                        f"entries ({sum(sizes[head:tail]):,} characters) between the first {head} and the "
+                        f"last {len(traj) - tail} entries were left out")
+    rec.trajectory = [*traj[:head], note, *traj[tail:]]
 
 
 def _as_json(x: Any, depth: int) -> Any:
