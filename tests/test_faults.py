@@ -171,3 +171,13 @@ def test_a_huge_observation_is_cut_for_the_agent_and_the_trajectory() -> None:
     assert len(obs.text) <= MAX_OBSERVATION_CHARS and obs.text.endswith("characters left out]")
     assert ctx.trajectory[0]["content"] == obs.text
     assert ctx.trajectory[1]["content"].startswith("truncated: the observation of dump was cut")
+
+
+@pytest.mark.parametrize("tx", ["popen//python=/bin/false", "socket=127.0.0.1:1"])
+def test_an_unreachable_tx_target_is_one_usage_error_line(pytester: pytest.Pytester, suite: Path, tx: str) -> None:
+    result = pytester.runpytest_subprocess(*ARGS, "-d", "--tx", tx, timeout=120)
+    err = result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + err
+    assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
+    (line,) = [x for x in result.errlines if x.startswith("ERROR: ")]
+    assert line.startswith(f"ERROR: --tx {tx}: an xdist worker could not be started (") and "fix: " in line
