@@ -181,3 +181,14 @@ def test_an_unreachable_tx_target_is_one_usage_error_line(pytester: pytest.Pytes
     assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
     (line,) = [x for x in result.errlines if x.startswith("ERROR: ")]
     assert line.startswith(f"ERROR: --tx {tx}: an xdist worker could not be started (") and "fix: " in line
+
+
+def test_a_task_page_never_replaces_a_users_file(pytester: pytest.Pytester, suite: Path) -> None:
+    mine = pytester.path / "reports" / "agentperturb-tasks" / "workflows" / "book-offsite.html"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("my own notes")
+    result = pytester.runpytest(*ARGS)
+    out = result.stdout.str()
+    assert mine.read_text() == "my own notes"
+    assert "report: NOT written" in out and "not a page of an agentperturb report" in out and "store:" in out
+    assert not [p for p in (pytester.path / "reports").iterdir() if p.name.endswith(".tmp")]
