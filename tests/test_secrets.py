@@ -97,3 +97,16 @@ def test_reproduce_lines_carry_no_known_secret(monkeypatch: pytest.MonkeyPatch) 
                           extra=["--agentperturb-api-base", "https://x:tok-SECRET789-long@h/v1",
                                  "--other", "tok-SECRET789-long"])
     assert "SECRET789" not in line and "https://***@h/v1" in line and "'<MY_SERVICE_TOKEN>'" in line
+
+
+def test_the_api_base_credentials_are_the_sessions_own() -> None:
+    """A later --agentperturb-api-base replaces them; the end of the session forgets them."""
+    from pytest_agentperturb.model.redact import API_BASE, remember_url, secrets
+
+    remember_url("http://user:first-SECRET-111@h/v1", API_BASE)
+    assert secrets()["first-SECRET-111"] == "<agentperturb-api-base>"
+    remember_url("https://second-TOKEN-2222@h/v1", API_BASE)
+    now = secrets()
+    assert "first-SECRET-111" not in now and now["second-TOKEN-2222"] == "<agentperturb-api-base>"
+    remember_url("", API_BASE)
+    assert "second-TOKEN-2222" not in secrets()

@@ -28,6 +28,8 @@ _LITELLM_KEY = re.compile(r"[a-z0-9_]*_key|key|token")
 MIN_LENGTH = 8
 #: litellm's key-like attribute names, sorted, for the size of its namespace they were read from
 _litellm_names: tuple[int, list[str]] = (-1, [])
+#: the name the credentials of ``--agentperturb-api-base`` are replaced by (``<agentperturb-api-base>``)
+API_BASE = "agentperturb-api-base"
 #: secrets taken from the session's options (an API base URL's credentials) -> their names
 _configured: dict[str, str] = {}
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#@\s]*)@")
@@ -61,19 +63,26 @@ def secrets() -> dict[str, str]:
 
 
 def remember_url(url: str, name: str) -> None:
-    """Know the user name and password of ``url`` (``scheme://user:pass@host``) as secrets named ``<name>``."""
+    """Know the user name and password of ``url`` (``scheme://user:pass@host``) as the secrets named ``<name>``.
+
+    They replace what an earlier call knew under ``name``; an empty ``url`` forgets them (a session ends).
+    """
+    label = f"<{name}>"
+    for value in [v for v, n in _configured.items() if n == label]:
+        del _configured[value]
+    found: list[str] = []
     try:
         parts = urlsplit(url)
-        found = [parts.username, parts.password]
+        found += [parts.username or "", parts.password or ""]
     except ValueError:
-        found = []
+        pass
     match = _URL_CREDENTIALS.search(url)
     if match:
         found.append(match.group(2))
     for value in found:
-        for v in {value or "", unquote(value or "")}:
+        for v in {value, unquote(value)}:
             if len(v) >= MIN_LENGTH:
-                _configured.setdefault(v, f"<{name}>")
+                _configured.setdefault(v, label)
 
 
 def mask_url(text: str) -> str:
