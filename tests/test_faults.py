@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -87,3 +88,107 @@ def test_blocking_agent_past_its_timeout_lets_pytest_exit(pytester: pytest.Pytes
                                            "--agentperturb-episode-timeout", "1", "-p", "no:cacheprovider",
                                            timeout=90)
     assert "EpisodeTimeout" in result.stdout.str() or "errors: 1" in result.stdout.str()
+
+
+NOT_JSON = '''
+class Obj:
+    pass
+def bytes_answer(ctx):
+    ctx.finish(b"done")
+def int_answer(ctx):
+    ctx.finish(42)
+def object_argument(ctx):
+    ctx.call_tool("search", {"q": Obj()})
+    ctx.finish("done")
+def caught(ctx):
+    try:
+        ctx.finish(b"done")
+    except TypeError:
+        pass
+    ctx.finish("done")
+def appends(ctx):
+    ctx.trajectory.append({"role": "assistant", "content": Obj()})
+    ctx.finish("done")
+'''
+
+
+@pytest.mark.parametrize("name, says", [
+    ("bytes_answer", "finish(): the answer must be str, got bytes"),
+    ("int_answer", "finish(): the answer must be str, got int"),
+    ("object_argument", "the arguments are not JSON"),
+    ("caught", "finish(): the answer must be str, got bytes"),
+    ("appends", "the trajectory holds a value that is not JSON"),
+])
+def test_agent_value_not_json_is_a_stored_error(pytester: pytest.Pytester, suite: Path, name: str,
+                                                says: str) -> None:
+    pytester.makepyfile(myagent=NOT_JSON)
+    result = pytester.runpytest_subprocess(*ARGS[:-4], "--agentperturb-agent", f"myagent.py:{name}",
+                                           "-p", "no:cacheprovider", timeout=120)
+    out = result.stdout.str()
+    assert len(result.outlines) < 60 and "Traceback" not in out, out   # short: no 3,300-line traceback
+    assert "episodes run: 1" in out and "errors: 1" in out and says in out, out
+    assert (pytester.path / "reports" / "agentperturb.html").is_file()
+    with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
+        (error, reward, traj), = conn.execute("SELECT error, reward, trajectory FROM episodes").fetchall()
+    assert error.startswith("AgentValueError: ") and says in error and reward is None
+    assert traj.startswith("[")
+
+
+BIG = '''
+def big_answer(ctx):
+    ctx.finish("done " + "y" * 5_000_000)
+def many_calls(ctx):
+    for i in range(60):
+        ctx.call_tool("mail_search", {"query": str(i) + "z" * 100_000})
+    ctx.finish("done")
+'''
+
+
+@pytest.mark.parametrize("name, note", [
+    ("big_answer", "truncated: the final answer was cut to 200,000 characters"),
+    ("many_calls", "truncated: the stored trajectory is limited to 4,000,000 characters"),
+])
+def test_sizes_are_bounded_and_the_row_says_so(pytester: pytest.Pytester, suite: Path, name: str, note: str) -> None:
+    from pytest_agentperturb.model.limits import MAX_TRAJECTORY_CHARS
+
+    pytester.makepyfile(myagent=BIG)
+    result = pytester.runpytest_subprocess(*ARGS[:-4], "--agentperturb-agent", f"myagent.py:{name}",
+                                           "-p", "no:cacheprovider", timeout=120)
+    assert "episodes run: 1" in result.stdout.str() and "Traceback" not in result.stdout.str()
+    with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
+        (error, traj), = conn.execute("SELECT error, trajectory FROM episodes").fetchall()
+    assert error == "" and len(traj) <= MAX_TRAJECTORY_CHARS and note in traj
+    assert json.loads(traj)[-1]["role"] == "grader"   # the grader's entry is kept
+
+
+def test_a_huge_observation_is_cut_for_the_agent_and_the_trajectory() -> None:
+    from pytest_agentperturb.model.context import EpisodeContext
+    from pytest_agentperturb.model.limits import MAX_OBSERVATION_CHARS
+    from pytest_agentperturb.model.protocols import Observation
+
+    ctx = EpisodeContext(task=None, variant=None, env=None, simulator=None)  # type: ignore[arg-type]
+    obs = ctx.record_observation("dump", Observation.of_text("w" * (MAX_OBSERVATION_CHARS * 5)))
+    assert len(obs.text) <= MAX_OBSERVATION_CHARS and obs.text.endswith("characters left out]")
+    assert ctx.trajectory[0]["content"] == obs.text
+    assert ctx.trajectory[1]["content"].startswith("truncated: the observation of dump was cut")
+
+
+@pytest.mark.parametrize("tx", ["popen//python=/bin/false", "socket=127.0.0.1:1"])
+def test_an_unreachable_tx_target_is_one_usage_error_line(pytester: pytest.Pytester, suite: Path, tx: str) -> None:
+    result = pytester.runpytest_subprocess(*ARGS, "-d", "--tx", tx, timeout=120)
+    err = result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + err
+    assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
+    (line,) = [x for x in result.errlines if x.startswith("ERROR: ")]
+    assert line.startswith(f"ERROR: --tx {tx}: an xdist worker could not be started (") and "fix: " in line
+
+
+def test_a_task_page_never_replaces_a_users_file(pytester: pytest.Pytester, suite: Path) -> None:
+    mine = pytester.path / "reports" / "agentperturb-tasks" / "workflows" / "book-offsite.html"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("my own notes")
+    result = pytester.runpytest(*ARGS)
+    out = result.stdout.str()
+    assert mine.read_text() == "my own notes"
+    assert "report: NOT written" in out and "not a page of an agentperturb report" in out and "store:" in out
+    assert not [p for p in (pytester.path / "reports").iterdir() if p.name.endswith(".tmp")]

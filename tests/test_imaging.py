@@ -218,3 +218,24 @@ def test_backend_choice_errors_say_what_to_fix(tmp_path: Path) -> None:
         load_backend("diffusers", tmp_path / "nowhere")
     with pytest.raises(OptionError, match="no model_index.json"):
         load_backend("diffusers", tmp_path)
+
+
+def test_image_specs_are_bounded_in_rows_text_and_pixels() -> None:
+    """2,000,000 rows, a 20,000-character title, a 40,000 pixel width: a clear SpecError, at once."""
+    import time
+
+    from pytest_agentperturb.model.limits import MAX_IMAGE_ROWS
+
+    t0 = time.perf_counter()
+    with pytest.raises(SpecError, match=r"'rows' has 2,000,000 entries; at most 500"):
+        render({"kind": "document", "title": "t", "rows": [["a", "b"]] * 2_000_000})
+    with pytest.raises(SpecError, match=r"'title' has 20,000 characters"):
+        render({"kind": "chart", "title": "x" * 20_000, "bars": []})
+    with pytest.raises(SpecError, match=r"'lines\[1\]' has"):
+        render({"kind": "screenshot", "app": "a", "title": "t", "lines": ["ok", "y" * 20_000]})
+    with pytest.raises(SpecError, match="too wide"):
+        render({**RECEIPT, "width": 40_000 * 8})
+    with pytest.raises(SpecError, match="pixels are drawn"):
+        render({"kind": "document", "title": "t", "rows": [["a", "b"]] * MAX_IMAGE_ROWS, "width": 4096})
+    assert time.perf_counter() - t0 < 10
+    render({"kind": "document", "title": "t", "rows": [["a", "b"]] * MAX_IMAGE_ROWS})   # the limit itself draws

@@ -330,3 +330,21 @@ def test_litellm_prepares_requests_inline_on_the_episode_loop_and_other_jobs_use
     assert inline[0] == "agentperturb-episodes"  # the first job of the call: on the loop's own thread
     assert inline[1].startswith("agentperturb-episode_") and inline[2].startswith("agentperturb-episode_")
     assert all(name.startswith("agentperturb-episode_") for name in threaded)
+
+
+def test_a_huge_model_reply_is_cut_and_the_row_says_so(pytester: pytest.Pytester, suite: Path) -> None:
+    """A 10 MB reply: the row and the pages stay small, the reply ends in a marker, a harness note says so."""
+    from pytest_agentperturb.model.limits import MAX_REPLY_CHARS
+
+    huge = "Filed INV-5521. " + "x" * 10_000_000
+    with FakeOpenAI(Script([*GOLD[:3], answer(huge)])) as srv:
+        result = run(pytester, suite, srv)
+    assert "Traceback" not in result.stdout.str()
+    (rec,) = rows(pytester)
+    replies = [e["content"] for e in rec.trajectory if e.get("role") == "assistant" and e.get("content")]
+    assert max(map(len, replies)) <= MAX_REPLY_CHARS and replies[-1].endswith("characters left out]")
+    notes = [e["content"] for e in rec.trajectory if e.get("role") == "harness"]
+    assert any(n.startswith("truncated: a model reply was cut to 200,000 characters") for n in notes), notes
+    assert len(json.dumps(rec.trajectory)) < 3 * MAX_REPLY_CHARS
+    pages = sum(p.stat().st_size for p in pytester.path.rglob("*.html"))
+    assert pages < 4_000_000, pages

@@ -162,3 +162,40 @@ def test_verify_reports_symbolic_links_in_a_variant_folder(tmp_path: Path, suite
     (folder / "extra.txt").symlink_to(tmp_path / "secret.txt")
     assert main(["verify", str(folder)]) == 1
     assert "extra.txt is a symbolic link (never followed)" in capsys.readouterr().out
+
+
+# -- only regular files are read: a FIFO never hangs collection; a suite.toml linked from outside is refused --
+@pytest.mark.parametrize("name", ["instruction.md", "notes.txt"])
+def test_a_fifo_in_a_task_folder_is_a_task_format_error(pytester: pytest.Pytester, name: str) -> None:
+    shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    fifo = pytester.path / "suites" / "workflows" / "book-offsite" / name
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    result = pytester.runpytest_subprocess("--agentperturb", "suites/workflows", "--agentperturb-families",
+                                           "clean", "-k", "book-offsite", "--agentperturb-model",
+                                           "reference/literal", "-p", "no:cacheprovider", timeout=60)
+    out = result.stdout.str()
+    assert f"{fifo}: field '(file)'" in out and "a named pipe (FIFO)" in out, out
+    assert "tasks not loaded: 1" in out and "Traceback" not in out
+
+
+def test_only_regular_files_are_read(tmp_path: Path) -> None:
+    task = task_copy(tmp_path)
+    (task / "instruction.md").unlink()
+    (task / "instruction.md").mkdir()
+    err = format_error(task)
+    assert err.path == str(task / "instruction.md") and err.found == "a folder"
+
+
+def test_a_suite_toml_linked_from_outside_the_suite_is_refused(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (tmp_path / "elsewhere.toml").write_text('name = "elsewhere"\n')
+    (suite / "suite.toml").symlink_to(tmp_path / "elsewhere.toml")
+    with pytest.raises(TaskFormatError) as ei:
+        load_suite(suite)
+    assert ei.value.path == str(suite / "suite.toml") and "symbolic link" in ei.value.found
+    (suite / "own.toml").write_text('name = "own"\n')   # a link inside the suite folder is its own file
+    (suite / "suite.toml").unlink()
+    (suite / "suite.toml").symlink_to("own.toml")
+    assert load_suite(suite).name == "own"

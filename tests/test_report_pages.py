@@ -176,3 +176,39 @@ def test_the_report_command_writes_the_task_pages(tmp_path: Path, caplog: pytest
     assert sorted(p.name for p in (out.parent / "report-tasks" / "synthetic").iterdir()) == [
         "task-0000.html", "task-0001.html", "task-0002.html"]
     assert assert_links_resolve(out) > 3
+
+
+def _page(text: str) -> str:
+    from pytest_agentperturb.report.pages import GENERATOR
+
+    return f"<!doctype html>{GENERATOR}<p>{text}</p>"
+
+
+def test_pages_are_written_as_a_set_a_failed_write_changes_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "r-tasks"
+    write_pages(folder, [("index.html", _page("old index")), ("s/a.html", _page("old a")), ("s/b.html", _page("old b"))])
+    before = {p: p.read_text() for p in folder.rglob("*.html")}
+
+    def failing() -> Any:
+        yield "index.html", _page("new index")
+        yield "s/a.html", _page("new a")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_pages(folder, failing())
+    assert {p: p.read_text() for p in folder.rglob("*.html")} == before   # no mix of old and new
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r-tasks"]     # no staging folder left
+    write_pages(folder, [("index.html", _page("new index")), ("s/a.html", _page("new a"))])
+    assert (folder / "s" / "a.html").read_text() == _page("new a") and not (folder / "s" / "b.html").exists()
+
+
+def test_a_page_never_replaces_a_file_that_is_not_a_page(tmp_path: Path) -> None:
+    folder = tmp_path / "r-tasks"
+    (folder / "s").mkdir(parents=True)
+    (folder / "s" / "a.html").write_text("my own notes")
+    (folder / "index.html").write_text(_page("old index"))
+    with pytest.raises(AgentPerturbError, match="not a page of an agentperturb report"):
+        write_pages(folder, [("index.html", _page("new index")), ("s/a.html", _page("new a"))])
+    assert (folder / "s" / "a.html").read_text() == "my own notes"
+    assert (folder / "index.html").read_text() == _page("old index")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r-tasks"]

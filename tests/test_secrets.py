@@ -67,3 +67,46 @@ def test_secrets_are_read_afresh_after_litellm_settings_change(monkeypatch: pyte
     assert secrets()["sk-late-key-12345"] == "<litellm.api_key>"
     monkeypatch.setattr(litellm, "brandnew_key", "sk-brand-new-key-678", raising=False)
     assert secrets()["sk-brand-new-key-678"] == "<litellm.brandnew_key>"
+
+
+def test_a_key_in_the_api_base_url_appears_in_no_output(pytester: pytest.Pytester) -> None:
+    """``--agentperturb-api-base=http://u:KEY@host/v1``: the reproduce line, the junit XML, store and pages."""
+    key = "urlKEY-SECRET456xyz"
+    shutil.copytree(ROOT / "suites" / "workflows", pytester.path / "suites" / "workflows")
+    with FakeOpenAI(Script([error(401, f"denied for http://u:{key}@upstream/v1")] * 4)) as srv:
+        base = srv.base.replace("http://", f"http://u:{key}@")
+        result = pytester.runpytest(
+            "--agentperturb", "suites/workflows", "-p", "no:cacheprovider", "-k", "forward-invoice and clean",
+            "--agentperturb-model", "openai/fake", "--agentperturb-api-base", base,
+            "--agentperturb-attempts", "1", "--agentperturb-store", "s.sqlite", "--agentperturb-report", "r.html",
+            "--junitxml", "j.xml", "-rA", "-v")
+    text = "\n".join(result.outlines + result.errlines)
+    assert "reproduce: " in text and "--agentperturb-api-base 'http://***@127.0.0.1:" in text, text[-3000:]
+    outputs = {p.relative_to(pytester.path).as_posix(): p.read_bytes() for p in pytester.path.rglob("*")
+               if p.is_file()}
+    assert {"s.sqlite", "r.html", "j.xml"} <= set(outputs) and b"reproduce: " in outputs["j.xml"]
+    for name, data in [*outputs.items(), ("terminal", text.encode())]:
+        assert b"SECRET456" not in data, f"the key in the API base leaked into {name}"
+
+
+def test_reproduce_lines_carry_no_known_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_agentperturb.plugin.collect import reproduce_line
+
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-SECRET789-long")
+    line = reproduce_line("s::t::clean[a]", ["--agentperturb-agent", "agent.py:run"], 0,
+                          extra=["--agentperturb-api-base", "https://x:tok-SECRET789-long@h/v1",
+                                 "--other", "tok-SECRET789-long"])
+    assert "SECRET789" not in line and "https://***@h/v1" in line and "'<MY_SERVICE_TOKEN>'" in line
+
+
+def test_the_api_base_credentials_are_the_sessions_own() -> None:
+    """A later --agentperturb-api-base replaces them; the end of the session forgets them."""
+    from pytest_agentperturb.model.redact import API_BASE, remember_url, secrets
+
+    remember_url("http://user:first-SECRET-111@h/v1", API_BASE)
+    assert secrets()["first-SECRET-111"] == "<agentperturb-api-base>"
+    remember_url("https://second-TOKEN-2222@h/v1", API_BASE)
+    now = secrets()
+    assert "first-SECRET-111" not in now and now["second-TOKEN-2222"] == "<agentperturb-api-base>"
+    remember_url("", API_BASE)
+    assert "second-TOKEN-2222" not in secrets()

@@ -441,8 +441,7 @@ class LiteLLMAgent:
                     f"{self.name}: the provider returned no choices (an empty 'choices' list). Fix: check that "
                     "the endpoint (--agentperturb-api-base) serves OpenAI-style chat completions for this model")
             calls = list(getattr(msg, "tool_calls", None) or [])
-            text = msg.content or ""
-            ctx.trajectory.append({"role": "assistant", "content": text, "turn": turn, "usage": usage})
+            text = ctx.reply(str(msg.content or ""), turn=turn, usage=usage)  # cut past the reply limit
             if not calls:
                 ctx.finish(text)
                 return

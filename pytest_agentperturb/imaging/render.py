@@ -17,7 +17,10 @@ Spec kinds (every text field a string)::
 
 Optional everywhere: ``width`` (default 640).  Heights follow the content
 plus a free band for whatever gets pasted in later; both are multiples of 8
-(inpainting models need that).  See :mod:`.draw` for what "deterministic" means.
+(inpainting models need that).  A spec is bounded (:mod:`~..model.limits`):
+at most ``MAX_IMAGE_ROWS`` entries in any list, ``MAX_IMAGE_TEXT`` characters
+in any string and ``MAX_IMAGE_PIXELS`` pixels drawn; past a limit it is a
+:class:`SpecError` that names the field and the limit, before anything is drawn.  See :mod:`.draw` for what "deterministic" means.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model.images import Box
+from ..model.limits import MAX_IMAGE_PIXELS, MAX_IMAGE_ROWS, MAX_IMAGE_TEXT
 from ..model.protocols import ImagePart
 from .draw import RGB, draw_text, png, text_box
 
@@ -62,6 +66,22 @@ def _pairs(spec: Mapping[str, Any], key: str, allow_text: bool = False) -> list[
     return out
 
 
+def _bounded(spec: Mapping[str, Any]) -> None:
+    """Every list of ``spec`` holds at most MAX_IMAGE_ROWS entries, every string MAX_IMAGE_TEXT characters."""
+    for key, val in spec.items():
+        if isinstance(val, list):
+            if len(val) > MAX_IMAGE_ROWS:
+                raise SpecError(f"image spec: '{key}' has {len(val):,} entries; at most {MAX_IMAGE_ROWS:,}")
+            items = [(f"{key}[{i}]", x) for i, x in enumerate(val)]
+            items = [(f"{k}[{j}]", y) for k, x in items if isinstance(x, list) for j, y in enumerate(x)] \
+                + [(k, x) for k, x in items if not isinstance(x, list)]
+        else:
+            items = [(str(key), val)]
+        for name, x in items:
+            if isinstance(x, str) and len(x) > MAX_IMAGE_TEXT:
+                raise SpecError(f"image spec: '{name}' has {len(x):,} characters; at most {MAX_IMAGE_TEXT:,}")
+
+
 def _round8(n: int) -> int:
     return (n + 7) // 8 * 8
 
@@ -86,7 +106,11 @@ class _Canvas:
     def finish(self, bottom: int, bg: RGB) -> ImagePart:
         from PIL import Image, ImageDraw
 
-        img = Image.new("RGB", (self.width, _round8(bottom + FREE_BAND)), bg)
+        height = _round8(bottom + FREE_BAND)
+        if self.width * height > MAX_IMAGE_PIXELS:
+            raise SpecError(f"image spec: the image would be {self.width:,} x {height:,} pixels; at most "
+                            f"{MAX_IMAGE_PIXELS:,} pixels are drawn (fewer rows, or a smaller 'width')")
+        img = Image.new("RGB", (self.width, height), bg)
         d = ImageDraw.Draw(img)
         layer = []
         for kind, args in self.ops:
@@ -202,4 +226,7 @@ def render(spec: Mapping[str, Any]) -> ImagePart:
     width = spec.get("width", 640)
     if not isinstance(width, int) or isinstance(width, bool) or width < 320 or width % 8:
         raise SpecError(f"image spec: 'width' must be a multiple of 8, at least 320, got {width!r}")
+    if width * FREE_BAND > MAX_IMAGE_PIXELS:
+        raise SpecError(f"image spec: 'width' {width:,} is too wide (at most {MAX_IMAGE_PIXELS:,} pixels are drawn)")
+    _bounded(spec)
     return _KINDS[kind](spec, width)

@@ -22,16 +22,18 @@ simulator answers at once on every path.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InfrastructureError, SimulatorError, ToolError
+from .errors import AgentValueError, InfrastructureError, SimulatorError, ToolError
 from .interfaces import Agent as Agent  # re-exported: the seam that receives this context
 from .interfaces import Environment, Simulator
-from .protocols import Observation, UserReply
+from .limits import MAX_OBSERVATION_CHARS, MAX_REPLY_CHARS, cut
+from .protocols import Observation, TextPart, UserReply
 from .records import Variant
 from .task import Surfaces, Task
 from .trajectory import ASK_USER as ASK_USER  # re-exported: the clarification tool's name
@@ -93,6 +95,8 @@ class EpisodeContext:
     cancelled: bool = False
     loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     simulator_error: str = ""
+    #: the first value the agent handed a channel that is not JSON (or not text): the episode is an ERROR
+    agent_error: str = ""
     _shown: int = field(default=-1, repr=False)
 
     @property
@@ -138,6 +142,7 @@ class EpisodeContext:
     def call_tool(self, name: str, args: Any, raw_args: str | None = None) -> Observation:
         """Run a tool call by the name the agent used; a bad call becomes an error observation."""
         self._check_open()
+        self._check_call(name, args, raw_args)
         self.tool_calls += 1
         self.trajectory.append(tool_call(name, args if raw_args is None else raw_args))
         if name == ASK_USER:
@@ -149,18 +154,73 @@ class EpisodeContext:
                 obs = Observation.of(self.env.call(name, args))
             except ToolError as exc:
                 obs = Observation.failure(str(exc))
-        self.record_observation(name, obs)
-        return obs
+        return self.record_observation(name, obs)
 
-    def record_observation(self, name: str, obs: Observation) -> None:
-        """Append a tool result to the trajectory (text, plus typed parts when not text only)."""
+    @staticmethod
+    def _bounded(obs: Observation) -> tuple[Observation, int]:
+        """``obs`` with its text parts cut to MAX_OBSERVATION_CHARS in all; how many characters were left out."""
+        if sum(len(p.text) for p in obs.parts if isinstance(p, TextPart)) <= MAX_OBSERVATION_CHARS:
+            return obs, 0
+        budget, parts, left_out = MAX_OBSERVATION_CHARS, [], 0
+        for p in obs.parts:
+            if isinstance(p, TextPart):
+                text, out = cut(p.text, budget)
+                budget, left_out = max(0, budget - len(p.text)), left_out + out
+                p = TextPart(text)
+            parts.append(p)
+        return Observation(tuple(parts), error=obs.error), left_out
+
+    def note_cut(self, what: str, left_out: int, limit: int) -> None:
+        """Say in the trajectory that ``what`` was cut to ``limit`` characters."""
+        self.trajectory.append(harness_note(f"truncated: {what} was cut to {limit:,} characters "
+                                            f"({left_out:,} left out)"))
+
+    def reply(self, text: str, *, turn: int, usage: dict[str, Any]) -> str:
+        """Record one model reply (an assistant message, its turn and usage); the text as kept.
+
+        A reply past :data:`~.limits.MAX_REPLY_CHARS` is cut (with a marker and a harness note).
+        """
+        if not isinstance(text, str):
+            raise self._refuse(f"reply(): the text must be str, got {type(text).__name__}")
+        text, left_out = cut(text, MAX_REPLY_CHARS)
+        self.trajectory.append({"role": "assistant", "content": text, "turn": turn, "usage": usage})
+        if left_out:
+            self.note_cut("a model reply", left_out, MAX_REPLY_CHARS)
+        return text
+
+    def _refuse(self, msg: str) -> AgentValueError:
+        """The agent handed a channel a value the episode cannot keep: remember it (an ERROR) and say so."""
+        self.agent_error = self.agent_error or msg[:400]
+        return AgentValueError(msg[:400])
+
+    def _check_call(self, name: Any, args: Any, raw_args: Any) -> None:
+        """A tool call's name must be text, its raw arguments text, its arguments JSON."""
+        if not isinstance(name, str):
+            raise self._refuse(f"call_tool(): the tool name must be str, got {type(name).__name__}")
+        if raw_args is not None and not isinstance(raw_args, str):
+            raise self._refuse(f"call_tool({name!r}): raw_args must be str, got {type(raw_args).__name__}")
+        why = not_json(args)
+        if why:
+            raise self._refuse(f"call_tool({name!r}): the arguments are not JSON ({why})")
+
+    def record_observation(self, name: str, obs: Observation) -> Observation:
+        """Append a tool result to the trajectory (text, plus typed parts when not text only).
+
+        Text past :data:`~.limits.MAX_OBSERVATION_CHARS` is cut (with a marker and a harness note);
+        the observation as kept is returned (what the agent then sees).
+        """
+        obs, left_out = self._bounded(obs)
         self.trajectory.append(tool_result(name, obs.text, obs.to_json() if obs.images else None))
+        if left_out:
+            self.note_cut(f"the observation of {name}", left_out, MAX_OBSERVATION_CHARS)
+        return obs
 
     async def call_tool_async(self, name: str, args: Any, raw_args: str | None = None) -> Observation:
         """:meth:`call_tool` for code on the event loop: an ``ask_user`` call awaits the simulator."""
         if name != ASK_USER:
             return self.call_tool(name, args, raw_args)
         self._check_open()
+        self._check_call(name, args, raw_args)
         self.tool_calls += 1
         self.trajectory.append(tool_call(name, args if raw_args is None else raw_args))
         return Observation.of_text(await self.ask_user_async(question_text(args), record_call=False))
@@ -194,6 +254,8 @@ class EpisodeContext:
 
     def _asking(self, question: str, record_call: bool) -> None:
         self._check_open()
+        if not isinstance(question, str):
+            raise self._refuse(f"ask_user(): the question must be str, got {type(question).__name__}")
         if record_call:
             self.tool_calls += 1
             self.trajectory.append(tool_call(ASK_USER, {"question": question}))
@@ -223,11 +285,25 @@ class EpisodeContext:
         return _recovery_turns(self.trajectory)
 
     def finish(self, answer: str) -> None:
-        """Give the final answer and end the episode."""
+        """Give the final answer (text) and end the episode."""
         self._check_open()
+        if not isinstance(answer, str):
+            raise self._refuse(f"finish(): the answer must be str, got {type(answer).__name__}")
+        answer, left_out = cut(answer, MAX_REPLY_CHARS)
         self.answer = answer
         self.finished = True
         self.trajectory.append(final_answer(answer))
+        if left_out:
+            self.note_cut("the final answer", left_out, MAX_REPLY_CHARS)
+
+
+def not_json(value: Any) -> str:
+    """Why ``value`` cannot be stored as JSON (``""`` when it can): an object, bytes, a cycle, too deep."""
+    try:
+        json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    return ""
 
 
 def _on(loop: asyncio.AbstractEventLoop) -> bool:

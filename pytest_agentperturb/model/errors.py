@@ -58,3 +58,11 @@ class InfrastructureError(AgentPerturbError):
 
 class SimulatorError(InfrastructureError):
     """The user simulator behind ``ask_user`` failed (its model provider, its code): an ERROR, never a FAIL."""
+
+
+class AgentValueError(AgentPerturbError, TypeError):
+    """An agent handed its context a value that is not JSON (or not text where text is asked for).
+
+    Raised by the context's channels; the episode is that agent's ERROR even
+    when the agent catches it (the store keeps only JSON).
+    """

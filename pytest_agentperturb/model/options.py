@@ -346,6 +346,9 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
 
     llm = LLMSettings(**{o.dest: values[o.dest] for o in OPTIONS if o.group == "llm" and o.dest != "cache"},
                       cache=rooted(values["cache"]))
+    from .redact import API_BASE, remember_url
+
+    remember_url(llm.api_base, API_BASE)  # its credentials are secrets: redacted wherever printed or stored
     return Settings(
         models=models, agents=tuple(values["agents"]), suites=tuple(values["suites"]), families=families,
         seed=int(values["seed"]), store=rooted(values["store"]), report=rooted(values["report"]),

@@ -4,7 +4,10 @@ A secret is the value (8 characters or more) of an environment variable
 whose name looks key-like (``*KEY*``, ``*TOKEN*``, ``*SECRET*``,
 ``*PASSWORD*``, ``*CREDENTIAL*``), or a key set on litellm itself
 (``litellm.api_key``, ``litellm.openai_key`` ...) when litellm is loaded; it
-is replaced by ``<NAME>``.  The run layer redacts every trajectory and error
+is replaced by ``<NAME>``.  Secrets the session is handed in its options (the
+user name and password of an API base URL, ``http://user:KEY@host/v1``)
+are known too once :func:`remember_url` has been told the URL; wherever such
+a URL is printed its credentials are masked (:func:`mask_url`).  The run layer redacts every trajectory and error
 before an episode is stored, so a provider that echoes the request's key
 cannot put it into the store or a report.  litellm is never imported here.
 """
@@ -17,6 +20,7 @@ import re
 import sys
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 _SECRET_NAME_BYTES = re.compile(_SECRET_NAME.pattern.encode(), re.I)
@@ -24,6 +28,11 @@ _LITELLM_KEY = re.compile(r"[a-z0-9_]*_key|key|token")
 MIN_LENGTH = 8
 #: litellm's key-like attribute names, sorted, for the size of its namespace they were read from
 _litellm_names: tuple[int, list[str]] = (-1, [])
+#: the name the credentials of ``--agentperturb-api-base`` are replaced by (``<agentperturb-api-base>``)
+API_BASE = "agentperturb-api-base"
+#: secrets taken from the session's options (an API base URL's credentials) -> their names
+_configured: dict[str, str] = {}
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#@\s]*)@")
 #: environment variable name (as ``os.environ`` stores it) -> whether it looks key-like
 _key_like: dict[bytes | str, bool] = {}
 
@@ -37,7 +46,7 @@ def secrets() -> dict[str, str]:
     than the episode's own bookkeeping).
     """
     global _litellm_names
-    found: dict[str, str] = {}
+    found: dict[str, str] = dict(_configured)
     for name, value in _secret_variables():
         if len(value) >= MIN_LENGTH:
             found.setdefault(value, f"<{name}>")
@@ -51,6 +60,34 @@ def secrets() -> dict[str, str]:
             if isinstance(setting, str) and len(setting) >= MIN_LENGTH:
                 found.setdefault(setting, f"<litellm.{attr}>")
     return dict(sorted(found.items(), key=lambda kv: -len(kv[0])))
+
+
+def remember_url(url: str, name: str) -> None:
+    """Know the user name and password of ``url`` (``scheme://user:pass@host``) as the secrets named ``<name>``.
+
+    They replace what an earlier call knew under ``name``; an empty ``url`` forgets them (a session ends).
+    """
+    label = f"<{name}>"
+    for value in [v for v, n in _configured.items() if n == label]:
+        del _configured[value]
+    found: list[str] = []
+    try:
+        parts = urlsplit(url)
+        found += [parts.username or "", parts.password or ""]
+    except ValueError:
+        pass
+    match = _URL_CREDENTIALS.search(url)
+    if match:
+        found.append(match.group(2))
+    for value in found:
+        for v in {value, unquote(value)}:
+            if len(v) >= MIN_LENGTH:
+                _configured.setdefault(v, label)
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the credentials of every URL in it (``user:pass@``) replaced by ``***@``."""
+    return _URL_CREDENTIALS.sub(lambda m: m.group(1) + "***@", text)
 
 
 def _secret_variables() -> list[tuple[str, str]]:

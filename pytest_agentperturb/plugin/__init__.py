@@ -106,6 +106,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "agentperturb-session")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's own secrets (the API base URL's credentials) are forgotten with it."""
+    from ..model.redact import API_BASE, remember_url
+
+    remember_url("", API_BASE)
+
+
 def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if not options.is_enabled(parent.config):
         return None

@@ -33,6 +33,7 @@ from ..model.options import OPTIONS, Settings, option
 from ..model.interfaces import SuiteAdapter
 from ..model.task import TaskSlot
 from ..model.records import EpisodeRecord, Variant
+from ..model.redact import mask_url, redact_text, secrets
 from ..model.task import CLEAN, FAMILIES, INSERTED, Task, family_parts
 
 
@@ -363,7 +364,9 @@ def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool =
     are the other flags that change the result (endpoint, protocol limits,
     families, strict mode, ``--agentperturb-repeats K``, a pinned variant
     seed); ``repeat`` adds ``-k ... and r<repeat>]`` to select one repeat.
-    Every value is shell-quoted, so the line is safe to paste.
+    Every value is shell-quoted, so the line is safe to paste; no value
+    carries a secret (a URL's credentials are masked, every secret the
+    redactor knows is replaced by its name).
     """
     suite, task, name = nodeid.split("::")[:3]
     family = name.split("[", 1)[0]
@@ -371,4 +374,5 @@ def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool =
     which = f"{task} and {family}" + (f" and r{repeat}]" if repeat is not None else "")
     args = ["pytest", "--agentperturb", *where, "-k", which, *runner_args, *extra,
             "--agentperturb-seed", str(seed)]
-    return "reproduce: " + " ".join(shlex.quote(a) for a in args)
+    known = secrets()
+    return "reproduce: " + " ".join(shlex.quote(redact_text(mask_url(a), known)) for a in args)

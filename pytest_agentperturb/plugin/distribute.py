@@ -115,8 +115,13 @@ class Controller:
             preload_analysis()
         try:
             return (yield)
-        except ValueError as exc:
-            if "not relative to an rsync root" not in str(exc):
+        except Exception as exc:
+            # a worker that cannot start (a --tx python that is not there, no socket server, an ssh host
+            # execnet cannot reach): one usage error line, not xdist's INTERNALERROR traceback
+            unreachable = isinstance(exc, (OSError, EOFError)) or type(exc).__name__ == "HostNotFound"
+            if self.distributed and unreachable:
+                raise pytest.UsageError(_unreachable(session.config, exc)) from None
+            if not isinstance(exc, ValueError) or "not relative to an rsync root" not in str(exc):
                 raise
             suite = option("suites").flag
             raise pytest.UsageError(
@@ -139,6 +144,15 @@ class Controller:
             report.longrepr = f"results store error (not an agent failure): {exc}"
             return False
         return True
+
+
+def _unreachable(config: pytest.Config, exc: BaseException) -> str:
+    """One line for an xdist worker that could not be started: the --tx targets, what failed, the fix."""
+    targets = " ".join(f"--tx {t}" for t in (config.getoption("tx", None) or [])) or "-n"
+    why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:200]
+    return (f"{targets}: an xdist worker could not be started ({why}); fix: check that the python the "
+            f"target names runs and has pytest-agentperturb installed, that a socket= server is listening "
+            f"at that address, that an ssh= host is reachable; or run without --tx")
 
 
 def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:

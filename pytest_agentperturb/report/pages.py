@@ -24,6 +24,8 @@ import functools
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -325,26 +327,50 @@ def _target(folder: Path, rel: str) -> Path:
 
 
 def write_pages(folder: Path | str, pages: Iterable[tuple[str, str]]) -> list[Path]:
-    """Write ``pages`` (path inside ``folder``, HTML) and remove the stale pages an earlier report left there.
+    """Write ``pages`` (path inside ``folder``, HTML) as a set, and remove the stale pages an earlier report left.
 
     ``folder`` is the report's own; it is created when there is something
-    to write.  Stale means: an ``.html`` file under ``folder`` that carries
-    :data:`GENERATOR` and is not among ``pages``; other files stay.
+    to write.  Every page is first written to a staging folder beside
+    ``folder`` (same file system); only when all of them are written is each
+    renamed into place, so a failed write (a full disk, a page that fails
+    to render) leaves the earlier pages as they were, never a mix of old
+    and new.  Stale means: an ``.html`` file under ``folder`` that carries
+    :data:`GENERATOR` and is not among ``pages``; other files stay, and a
+    page never replaces a file that is not an agentperturb page.
 
     Raises:
-        AgentPerturbError: ``folder`` is a link or a file (the report will not write through or over it).
+        AgentPerturbError: ``folder`` is a link or a file (the report will not write through or over it), or a
+            page's path holds a file that is not an agentperturb page.
+        OSError: a page could not be written (nothing in ``folder`` changed).
     """
     folder = Path(folder)
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise AgentPerturbError(f"{folder}: the report's page folder is a link or a file; move it away or write "
                                 "the report elsewhere (--agentperturb-report / --out)")
+    staging: Path | None = None
     written: list[Path] = []
-    for rel, html in pages:
-        if not written:
-            folder.mkdir(parents=True, exist_ok=True)
-        target = _target(folder, rel)
-        target.write_text(html, encoding="utf-8")
-        written.append(target)
+    try:
+        staged: list[tuple[str, Path]] = []
+        for rel, html in pages:
+            if staging is None:
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+            page = _target(staging, rel)
+            page.write_text(html, encoding="utf-8")
+            staged.append((rel, page))
+        if staged:
+            folder.mkdir(exist_ok=True)
+            moves = [(page, _target(folder, rel)) for rel, page in staged]
+            for _, target in moves:
+                if (target.exists() or target.is_symlink()) and (target.is_dir() or not _ours(target)):
+                    raise AgentPerturbError(f"{target}: not a page of an agentperturb report; the report will not "
+                                            "replace it: move it away or write the report elsewhere")
+            for page, target in moves:
+                os.replace(page, target)
+                written.append(target)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     if folder.is_dir():
         _remove_stale(folder, set(written))
     return written

@@ -21,9 +21,10 @@ import traceback
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from ..model.context import EpisodeContext
+from ..model.context import EpisodeContext, not_json
 from ..model.interfaces import Agent
 from ..model.images import EditedImages
+from ..model.limits import MAX_TRAJECTORY_CHARS, size
 from ..model.interfaces import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
@@ -100,11 +101,68 @@ async def run_episode(
     """
     rec = await _play(task, variant, agent, run_id=run_id, seed=seed, timeout_s=timeout_s, simulator=simulator,
                       repeat=repeat, episode_seed=episode_seed)
+    _keep_json(rec)
+    _bound(rec)
     known = secrets()
     if known:
         rec.error = redact_text(rec.error, known)
         rec.trajectory = redact_data(rec.trajectory, known)
     return rec
+
+
+def _keep_json(rec: EpisodeRecord) -> None:
+    """A trajectory that holds a value that is not JSON (agent code appended one) is kept as text, an ERROR."""
+    why = not_json(rec.trajectory)
+    if not why:
+        return
+    rec.trajectory = cast(Any, _as_json(rec.trajectory, 0))
+    if not rec.error:   # an ERROR is never scored
+        rec.reward = rec.success = rec.compliance = None
+        rec.error = f"AgentValueError: the trajectory holds a value that is not JSON ({why}); kept as text"[:500]
+
+
+def _bound(rec: EpisodeRecord, limit: int = MAX_TRAJECTORY_CHARS) -> None:
+    """A trajectory past ``limit`` characters (JSON) keeps its first and last entries, a note in between.
+
+    The grader's entry (the last) is always kept; entries are taken from the
+    start while they fill half the budget, then from the end; what lies
+    between is replaced by one harness note that says how much was left out.
+    """
+    traj = rec.trajectory
+    sizes = [size(e) + 2 for e in traj]
+    total = sum(sizes)
+    if total <= limit:
+        return
+    budget = limit - 400   # the note itself
+    keep_tail = 1 if traj and traj[-1].get("role") == GRADER else 0
+    budget -= sum(sizes[len(traj) - keep_tail:])
+    head = 0
+    while head < len(traj) - keep_tail and sizes[head] <= budget // 2 - sum(sizes[:head]):
+        head += 1
+    used = sum(sizes[:head])
+    tail = len(traj) - keep_tail
+    while tail > head and sizes[tail - 1] <= budget - used:
+        tail -= 1
+        used += sizes[tail]
+    left_out = tail - head
+    note = harness_note(f"truncated: the stored trajectory is limited to {limit:,} characters; {left_out} "
+                        f"entries ({sum(sizes[head:tail]):,} characters) between the first {head} and the "
+                        f"last {len(traj) - tail} entries were left out")
+    rec.trajectory = [*traj[:head], note, *traj[tail:]]
+
+
+def _as_json(x: Any, depth: int) -> Any:
+    """``x`` with every value JSON cannot hold replaced by a short ``repr`` (and nesting past 64 levels cut)."""
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    if depth < 64 and isinstance(x, dict):
+        return {k if isinstance(k, str) else repr(k)[:200]: _as_json(v, depth + 1) for k, v in x.items()}
+    if depth < 64 and isinstance(x, (list, tuple)):
+        return [_as_json(v, depth + 1) for v in x]
+    try:
+        return f"<not JSON: {repr(x)[:200]}>"
+    except Exception:  # noqa: BLE001 - a repr that raises
+        return f"<not JSON: {type(x).__name__}>"
 
 
 async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed: int, timeout_s: float | None,
@@ -142,6 +200,8 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
             traceback.format_exception(exc))[-8000:]))
     finally:
         ctx.cancelled = True  # a blocking agent still running in its thread stops at its next call
+    if ctx.agent_error and not rec.error:  # even when the agent caught it: the store keeps only JSON
+        rec.error = f"AgentValueError: {ctx.agent_error}"[:500]
     if ctx.simulator_error and not rec.error:  # even when the agent caught it: the user failed, not the agent
         rec.error = f"SimulatorError: {ctx.simulator_error}"[:500]
     rec.wall_s = round(time.perf_counter() - t0, 4)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ class Suite:
 
 def _read(path: Path, what: str) -> bytes:
     try:
+        _regular(path)
         return path.read_bytes()
     except FileNotFoundError:
         raise TaskFormatError(
@@ -75,6 +77,24 @@ def _read(path: Path, what: str) -> bytes:
     except OSError as exc:  # a folder, no permission, ...
         raise TaskFormatError(path, what, "a readable file", f"{type(exc).__name__}: {exc.strerror or exc}",
                               "make it a regular, readable file") from None
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, word in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _regular(path: Path) -> None:
+    """Refuse anything but a regular file before it is opened (opening a FIFO waits for a writer forever)."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise TaskFormatError(path, "(file)", "a regular file", _kind(mode),
+                              "replace it by a regular file with the content")
 
 
 def _text(path: Path, what: str) -> str:
@@ -120,10 +140,14 @@ def _no_links(folder: Path, suite_dir: Path | None = None) -> None:
     for root, dirs, files in os.walk(folder):
         for name in sorted([*dirs, *files]):
             p = Path(root) / name
-            if p.is_symlink():
+            mode = os.lstat(p).st_mode
+            if stat.S_ISLNK(mode):
                 raise TaskFormatError(p, "(file)", "a regular file or folder inside the task folder",
                                       f"a symbolic link to {os.readlink(p)}",
                                       "replace the link by a copy of what it points to")
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO would hang the reader
+                raise TaskFormatError(p, "(file)", "a regular file or folder inside the task folder",
+                                      _kind(mode), "remove it, or replace it by a regular file")
 
 
 def _surface_files(tpath: Path, folder: Path, meta: Mapping[str, Any]) -> dict[str, str]:
@@ -176,6 +200,11 @@ def load_suite(path: Path) -> Suite:
     """Read ``suite.toml`` and list the task folders (those holding task.toml)."""
     path = Path(path)
     meta_path = path / "suite.toml"
+    if meta_path.is_symlink():  # a suite.toml linked from outside the suite folder is not this suite's
+        target = meta_path.resolve()
+        if not target.is_relative_to(path.resolve()):
+            raise TaskFormatError(meta_path, "(file)", "a regular file inside the suite folder",
+                                  f"a symbolic link to {target}", "replace the link by a copy of the file")
     meta = _toml(meta_path)
     name = _want(meta_path, meta, "name", str, "a suite name", default=path.name)
     if not SUITE_NAME.fullmatch(name):
