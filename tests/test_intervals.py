@@ -125,3 +125,21 @@ def test_baseline_change_interval_is_bca_too() -> None:
     assert ov.ci_low <= ov.delta <= ov.ci_high
     again = compare(cur.assign(run_id="b"), base.assign(run_id="a"), replicates=800, seed=2).deltas
     pd.testing.assert_frame_equal(cmp, again)
+
+
+def test_calibration_bench_prints_coverage_and_ends_with_fwer(capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import runpy
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "bench" / "calibration.py"
+    monkeypatch.setattr("sys.argv", ["calibration.py", "--quick", "--runs", "4", "--replicates", "200"])
+    runpy.run_path(str(bench), run_name="__main__")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "cover overall" in lines[1] and "cover families" in lines[1]
+    rows = lines[2:4]
+    for row in rows:
+        cov = [float(x) for x in row.split()[-6::3]]          # "0.950 +- 0.022  0.917 +- 0.011"
+        assert len(cov) == 2 and all(0.0 <= c <= 1.0 for c in cov)
+    assert "coverage: bca interval" in lines[-2]
+    assert lines[-1].startswith("fwer: ")

@@ -1,5 +1,5 @@
 """Statistical building blocks: rank correlation with a permutation test, paired tests,
-bootstrap weights and percentile intervals (docs/design.md section 4).
+bootstrap weights, percentile and BCa intervals (docs/design.md section 4).
 
 Everything is vectorised numpy and driven by an explicit ``numpy.random.Generator``
 so that the same seed gives the same numbers.
