@@ -6,7 +6,8 @@ episode, clean or of any of the 12 families, and every repeat, succeeds
 with probability p_i independently, so perturbed episodes are distributed
 as clean and no threshold at limit 0 should breach.  Each simulated run
 goes through the real code (``analysis.normalise``, ``analysis.drops``,
-``gate.evaluate_tables`` with ``gate_on = significant``), for two gates:
+``gate.evaluate_tables`` with ``gate_on = significant``), for three gates
+evaluated together (each decided on its own):
 ``--max-drop 0`` (overall, one hypothesis at one-sided 2.5 %) and
 ``--max-target-drop 0`` (Holm over the 4 targets) and ``--max-family-drop
 0`` (the 12-family gate, Holm's step-down over the 12 families, family-wise
@@ -15,15 +16,26 @@ repeats, suite), the false-alarm rate with its Monte-Carlo standard error
 sqrt(r (1 - r) / N), the share of runs where C = 0 overall (not evaluable:
 counted apart, not as a false alarm), the mean share of bootstrap replicates
 with C* = 0 (counted by ``drops``), and the mean smallest detectable
-overall drop (capped at 100 %: a run that can detect none counts as 100); the last line is ``fwer: <max over configurations>``
-(largest false-alarm rate of any gate).  Limit 0 is decided by the exact
-paired test alone, so the bootstrap runs with few replicates here.
+overall drop (capped at 100 %: a run that can detect none counts as 100),
+and the **coverage** of the reported 95 % intervals of D (docs/design.md
+section 4.1, "Intervals"): the share of runs whose overall interval holds
+the true D, and the share of the 12 family intervals that hold it (the
+true D is 0 in the null world and 100 x ``--drop`` in the drop world, for
+every task and so for every level); runs whose D is undefined (C = 0) have
+no interval and are left out of the coverage; a degenerate interval counts
+like any other.  The Monte-Carlo standard error of the family coverage is
+that of the per-run shares (the 12 families of one run are not
+independent).  The last line is ``fwer: <max over configurations>``
+(largest false-alarm rate of any gate).  The bootstrap runs with the
+reported number of replicates (2000), so the coverage is that of the
+intervals a run reports; ``--interval percentile`` measures the old
+percentile interval instead.
 
 ``--drop 0.25`` simulates a true 25 % relative drop in every family instead
 and prints the gates' power (their breach rates) in the same table.
 
-Run: ``PYTHONPATH=. python bench/calibration.py [--runs N] [--seed S] [--quick] [--full] [--drop D]``
-(default 300 runs per configuration, about 2 minutes on one core; ``--full``
+Run: ``PYTHONPATH=. python bench/calibration.py [--runs N] [--seed S] [--quick] [--full] [--drop D]
+[--interval bca|percentile]`` (default 300 runs per configuration, about 3 minutes on one free core; ``--full``
 adds K = 5 and more sizes, several minutes).
 """
 
@@ -38,6 +50,7 @@ import pandas as pd
 
 from pytest_agentperturb import gate
 from pytest_agentperturb.analysis import drops, normalise
+from pytest_agentperturb.analysis.stats import INTERVAL_METHODS, N_BOOTSTRAP
 from pytest_agentperturb.model.task import CLEAN, FAMILIES
 
 CONFIGS = [(10, 1, "typical"), (25, 1, "typical"), (50, 1, "typical"), (10, 3, "typical"), (25, 3, "typical"),
@@ -66,41 +79,51 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--seed", type=int, default=27)
-    ap.add_argument("--replicates", type=int, default=100)
+    ap.add_argument("--replicates", type=int, default=N_BOOTSTRAP)
+    ap.add_argument("--interval", choices=INTERVAL_METHODS, default="bca",
+                    help="the interval method whose coverage is measured (bca: the reported one)")
     ap.add_argument("--quick", action="store_true", help="the first two configurations only")
     ap.add_argument("--full", action="store_true", help="also K = 5, 50 tasks at K = 3 and more low-score sizes")
     ap.add_argument("--drop", type=float, default=0.0,
                     help="a true relative drop (e.g. 0.25) in every family: the rates are then the power")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
-    overall = gate.parse({"max_drop": "0", "gate_on": "significant"})
-    family = gate.parse({"max_family_drop": ["0"], "gate_on": "significant"})
-    target = gate.parse({"max_target_drop": ["0"], "gate_on": "significant"})
+    # the three gates in one evaluation (each threshold is decided on its own; Holm runs per threshold flag)
+    gates = gate.parse({"max_drop": "0", "max_target_drop": ["0"], "max_family_drop": ["0"], "gate_on": "significant"})
+    flag = gates.names
     worst = 0.0
     start = time.perf_counter()
     what = "false alarm" if args.drop == 0 else f"power (true drop {100 * args.drop:g} % in every family)"
     print(f"{'null world' if args.drop == 0 else 'drop world'}, {args.runs} runs per configuration; {what} "
           "+- Monte-Carlo standard error")
     print(f"{'tasks':>5} {'K':>2} {'suite':<9}  {'overall':>15}  {'4 targets':>15}  {'12 families':>15}  "
-          f"{'C = 0':>6}  {'C* = 0':>6}  {'detectable':>10}")
+          f"{'C = 0':>6}  {'C* = 0':>6}  {'detectable':>10}  {'cover overall':>14}  {'cover families':>14}")
     for tasks, k, suite in CONFIGS[:2] if args.quick else CONFIGS + (FULL if args.full else []):
         fa_o = fa_t = fa_f = undefined = 0
-        c0_share, mdd = [], []
+        c0_share, mdd, cov_o, cov_f = [], [], [], []
+        true_d = 100.0 * args.drop
         for _ in range(args.runs):
             df = null_run(rng, tasks, k, suite, args.drop)
-            d = drops(df, replicates=args.replicates, seed=int(rng.integers(1 << 31)))
-            v_o = gate.evaluate_tables(overall, d, df)
-            v_f = gate.evaluate_tables(family, d, df)
-            v_t = gate.evaluate_tables(target, d, df)
-            fa_t += any(not b.reason for b in v_t.breaches)
-            if any(b.reason for b in v_o.breaches):
+            d = drops(df, replicates=args.replicates, seed=int(rng.integers(1 << 31)), method=args.interval)
+            br = gate.evaluate_tables(gates, d, df).breaches
+            v_o = [b for b in br if b.flag == flag["max_drop"]]
+            fa_t += any(not b.reason for b in br if b.flag == flag["max_target_drop"])
+            if any(b.reason for b in v_o):
                 undefined += 1
-            fa_o += any(not b.reason for b in v_o.breaches)
-            fa_f += any(not b.reason for b in v_f.breaches)
+            fa_o += any(not b.reason for b in v_o)
+            fa_f += any(not b.reason for b in br if b.flag == flag["max_family_drop"])
             row = d[(d["model"] == "m") & (d["level_kind"] == "overall")]
             if len(row):
                 c0_share.append(float(row["n_boot_undefined"].iloc[0]) / args.replicates)
                 mdd.append(min(float(row["min_detectable"].iloc[0]), 100.0))
+                lo, hi = float(row["ci_low"].iloc[0]), float(row["ci_high"].iloc[0])
+                if math.isfinite(lo) and math.isfinite(hi):
+                    cov_o.append(lo - 1e-9 <= true_d <= hi + 1e-9)
+            fam = d[(d["model"] == "m") & (d["level_kind"] == "family")]
+            fin = np.isfinite(fam["ci_low"].to_numpy(float)) & np.isfinite(fam["ci_high"].to_numpy(float))
+            if fin.any():
+                lo_f, hi_f = fam["ci_low"].to_numpy(float)[fin], fam["ci_high"].to_numpy(float)[fin]
+                cov_f.append(float(((lo_f - 1e-9 <= true_d) & (true_d <= hi_f + 1e-9)).mean()))
         n = args.runs
         ro, rt, rf = fa_o / n, fa_t / n, fa_f / n
         worst = max(worst, ro, rt, rf)
@@ -108,10 +131,19 @@ def main() -> None:
         def pm(r: float) -> str:
             return f"{100 * r:5.1f} +- {100 * math.sqrt(r * (1 - r) / n):3.1f} %"
 
+        def cover(shares: list[float]) -> str:
+            if not shares:
+                return "-"
+            a = np.asarray(shares, dtype=float)
+            se = float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else float("nan")
+            return f"{a.mean():.3f} +- {se:.3f}"
+
         print(f"{tasks:>5} {k:>2} {suite:<9}  {pm(ro):>15}  {pm(rt):>15}  {pm(rf):>15}  {100 * undefined / n:5.1f}%  "
-              f"{100 * float(np.mean(c0_share)):5.1f}%  {float(np.nanmean(mdd)):8.0f} %", flush=True)
+              f"{100 * float(np.mean(c0_share)):5.1f}%  {float(np.nanmean(mdd)):8.0f} %  "
+              f"{cover([float(x) for x in cov_o]):>14}  {cover(cov_f):>14}", flush=True)
     print(f"nominal: 2.5 % (one-sided); Monte-Carlo error at 2.5 % and {args.runs} runs: "
-          f"+- {100 * math.sqrt(0.025 * 0.975 / args.runs):.1f} %; {time.perf_counter() - start:.0f} s")
+          f"+- {100 * math.sqrt(0.025 * 0.975 / args.runs):.1f} %; coverage: {args.interval} interval, "
+          f"target 0.93-0.97 (+- {math.sqrt(0.95 * 0.05 / args.runs):.3f} at 0.95); {time.perf_counter() - start:.0f} s")
     print(f"fwer: {worst:.4f}" if args.drop == 0 else f"power: max {worst:.4f} (not a false-alarm rate)")
 
 

@@ -219,13 +219,21 @@ def test_pairs_are_repeat_matched_and_single_runs_are_unchanged() -> None:
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_two_stage_bootstrap_widens_the_interval_when_repeats_disagree() -> None:
+def test_bootstrap_draws_tasks_with_all_their_repeats() -> None:
+    """One-stage cluster bootstrap: a replicate is D of a multiset of the 3 tasks, each with its 4 repeats."""
     t = _hand()
     two = drops(t, replicates=2000, seed=1)
     flat = drops(t.assign(task=t["task"] + "-" + t["repeat"].astype(str), repeat=0), replicates=2000, seed=1)
     a = two[(two["model"] == "m") & (two["level_kind"] == "overall")].iloc[0]
     b = flat[(flat["model"] == "m") & (flat["level_kind"] == "overall")].iloc[0]
     assert a.relative_drop == pytest.approx(b.relative_drop)            # the point estimate is the same
-    assert a.ci_high - a.ci_low > b.ci_high - b.ci_low                   # 3 clusters of 4, not 12 independent
+    clean, pert = np.array([3.0, 4.0, 2.0]), np.array([1.0, 3.0, 0.0])  # per task, over its 4 repeats
+    can = np.array([100 * (w @ clean - w @ pert) / (w @ clean)
+                    for w in (np.array([i, j, 3 - i - j], float) for i in range(4) for j in range(4 - i))])
+    reps = two.attrs["replicates"][("m", "s", "overall", "all")].astype(float)
+    assert np.abs(reps[:, None] - can[None, :]).min(1).max() < 1e-4
+    flat_reps = flat.attrs["replicates"][("m", "s", "overall", "all")]
+    assert len(set(flat_reps.tolist())) > len(set(reps.tolist()))        # 12 independent clusters give more values
+    assert a.ci_low <= a.relative_drop <= a.ci_high
     w = repeat_weights(np.array([[2.0, 0.0, 1.0]]), 4, np.random.default_rng(0))
     assert w.shape == (1, 3, 4) and list(w.sum(2)[0]) == [8.0, 0.0, 4.0]

@@ -8,10 +8,11 @@ runs ran it on the same variant (equal ``variant_digest``), and a task whose
 clean instance differs leaves with all its families.  What was left out is
 listed with the reason.  Per level (overall, target, type, family, inserted
 object) it gives D of both runs over the tasks that have pairs in both, the
-change delta = D_this - D_baseline in points, and a 95 % percentile interval
-of the change from a paired cluster bootstrap: one draw of tasks shared by
-both runs; within each drawn task each run's repeat indices are drawn with
-replacement (:func:`~.repeats.repeat_weights`) when it has several.
+change delta = D_this - D_baseline in points, and a 95 % BCa interval
+(:func:`~.stats.bca_interval`) of the change from a paired cluster bootstrap:
+one draw of tasks shared by both runs, a drawn task bringing all its repeats
+of both runs along; the acceleration comes from the jackknife that leaves out
+one task (of both runs) at a time.
 
 :func:`run_trend` gives the overall D of every (run, model, suite) of a
 table holding several runs, in the order the runs were recorded.
@@ -27,8 +28,7 @@ import numpy as np
 
 from ..model.task import CLEAN
 from .degradation import ALL_MODELS, _level_rows, _levels, drops, relative_degradation
-from .repeats import repeat_weights
-from .stats import N_BOOTSTRAP, FloatArray, bootstrap_weights, draw_sums, percentile_interval
+from .stats import N_BOOTSTRAP, FloatArray, bca_interval, bootstrap_weights, draw_sums
 from .table import pairs, with_repeat
 
 if TYPE_CHECKING:
@@ -121,14 +121,24 @@ def _sums(pr: pd.DataFrame, ti: dict[str, int], li: dict[tuple[str, str], int]
     return cs, ps, n
 
 
-def _boot_d(cs: FloatArray, ps: FloatArray, n: FloatArray, w: FloatArray, rng: np.random.Generator) -> FloatArray:
-    """Bootstrap replicates of D per level, shape (replicates, levels)."""
-    u = w[:, :, None] if cs.shape[1] == 1 else repeat_weights(w, cs.shape[1], rng)
+def _boot_d(cs: FloatArray, ps: FloatArray, n: FloatArray, w: FloatArray) -> FloatArray:
+    """Bootstrap replicates of D per level, shape (replicates, levels); a drawn task brings all its repeats."""
+    cs, ps, n = cs.sum(1), ps.sum(1), n.sum(1)                    # (tasks, levels)
     with np.errstate(invalid="ignore", divide="ignore"):
-        nb = draw_sums("btr,trl->bl", u, n)
-        cb = draw_sums("btr,trl->bl", u, cs) / nb
-        pb = draw_sums("btr,trl->bl", u, ps) / nb
+        nb = draw_sums("bt,tl->bl", w, n)
+        cb = draw_sums("bt,tl->bl", w, cs) / nb
+        pb = draw_sums("bt,tl->bl", w, ps) / nb
         return np.asarray(100.0 * (cb - pb) / cb, dtype=float)
+
+
+def _jack_d(cs: FloatArray, ps: FloatArray, n: FloatArray) -> FloatArray:
+    """D per level with one task (all its repeats) left out, shape (tasks, levels)."""
+    cs, ps, n = cs.sum(1), ps.sum(1), n.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        nj = n.sum(0)[None] - n
+        cj = (cs.sum(0)[None] - cs) / nj
+        pj = (ps.sum(0)[None] - ps) / nj
+        return np.asarray(100.0 * (cj - pj) / cj, dtype=float)
 
 
 def compare(current: pd.DataFrame, base: pd.DataFrame, *, label: str = "baseline run",
@@ -179,8 +189,15 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
     for a in (cc, cp, cn, bc, bp, bn):
         a *= both[:, None, :]
     w = bootstrap_weights(len(tasks), replicates, rng)
-    delta_b = _boot_d(cc, cp, cn, w, rng) - _boot_d(bc, bp, bn, w, rng)
-    lo, hi = percentile_interval(delta_b, level)
+    delta_b = _boot_d(cc, cp, cn, w) - _boot_d(bc, bp, bn, w)
+    delta_j = np.where(both, _jack_d(cc, cp, cn) - _jack_d(bc, bp, bn), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d_hat = [relative_degradation(float(cc[..., j].sum()) / float(cn[..., j].sum()),
+                                      float(cp[..., j].sum()) / float(cn[..., j].sum()))
+                 - relative_degradation(float(bc[..., j].sum()) / float(bn[..., j].sum()),
+                                        float(bp[..., j].sum()) / float(bn[..., j].sum()))
+                 if both[:, j].any() else float("nan") for j in range(len(levels))]
+    lo, hi = bca_interval(delta_b, np.asarray(d_hat, dtype=float), delta_j, level, expand=True)
     out: list[dict[str, object]] = []
     for j, (kind, lab) in enumerate(levels):
         if not both[:, j].any():

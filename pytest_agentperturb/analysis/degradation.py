@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
-from .repeats import repeat_weights
 from .stats import (
+    INTERVAL_METHODS,
     N_BOOTSTRAP,
     Replicates,
+    bca_interval,
     bootstrap_weights,
     draw_sums,
     exchange_test,
@@ -72,7 +73,8 @@ def _level_rows(t: pd.DataFrame, li: dict[tuple[str, str], int]) -> tuple[np.nda
 
 
 def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, level: float = 0.95,
-          paired: pd.DataFrame | None = None, audit: pd.DataFrame | None = None) -> pd.DataFrame:
+          paired: pd.DataFrame | None = None, audit: pd.DataFrame | None = None,
+          method: str = "bca") -> pd.DataFrame:
     """Relative degradation overall, per target, per type and per family, paired, with bootstrap intervals.
 
     Every comparison is paired (docs/design.md section 4): for model m on
@@ -84,13 +86,15 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
     unscored, contributes nothing to that comparison; the ``n_pairs`` and
     ``dropped_*`` columns say how many pairs each row rests on and how many
     were left out, and why (:func:`~.table.pairing_audit`).  The interval is
-    a 95 % percentile interval of D over a cluster bootstrap of tasks: each
-    replicate draws the suite's tasks with replacement (one draw shared by
-    all models, so a resampled task keeps all its models) and recomputes C
-    and P from the drawn tasks' pairs; with repeated trials (more than one
-    repeat index), each drawn task also draws its repeat indices with
-    replacement (:func:`~.repeats.repeat_weights`), so the interval holds
-    task sampling and repeat variance.  Rows with model ``"all models"``
+    a 95 % BCa interval of D over a cluster bootstrap of tasks
+    (:func:`~.stats.bca_interval`; ``method="percentile"``: the plain
+    percentile interval of the same replicates): each replicate draws the
+    suite's tasks with replacement (one draw shared by all models, so a
+    resampled task keeps all its models) and recomputes C and P from the
+    drawn tasks' pairs; with repeated trials a drawn task keeps all its
+    repeats (tasks are the independent units; repeats of one task are not
+    resampled again), and the BCa acceleration comes from the jackknife that
+    leaves out one task, with all its repeats, at a time.  Rows with model ``"all models"``
     pool the suite: C and P are the means over the models that have pairs
     at that level of C_m and P_m, and D is computed from those means (the
     paper's suite average); baselines stay out of them whenever a
@@ -100,6 +104,8 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
     """
     import pandas as pd
 
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"unknown interval method {method!r} (one of {', '.join(INTERVAL_METHODS)})")
     pr = pairs(df) if paired is None else paired
     audit = pairing_audit(df) if audit is None else audit
     real = set(pooled_models(df))
@@ -139,21 +145,30 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
         with np.errstate(invalid="ignore", divide="ignore"):
             n = cnt.sum(1)                                                   # (m, l)
             c, p = csum.sum(1) / n, psum.sum(1) / n
-            if nr == 1:
-                nb = draw_sums("bt,mtl->bml", w, cnt)
-                cb = draw_sums("bt,mtl->bml", w, csum) / nb
-                pb = draw_sums("bt,mtl->bml", w, psum) / nb
-            else:                    # repeats drawn within each drawn task (task and repeat variance)
-                u = repeat_weights(w, nr, rng)                               # (b, t, r)
-                nb = draw_sums("btr,mtrl->bml", u, cnt4)
-                cb = draw_sums("btr,mtrl->bml", u, csum4) / nb
-                pb = draw_sums("btr,mtrl->bml", u, psum4) / nb
+            # one stage: a drawn task brings all its repeats (and models, and levels) along
+            nb = draw_sums("bt,mtl->bml", w, cnt)
+            cb = draw_sums("bt,mtl->bml", w, csum) / nb
+            pb = draw_sums("bt,mtl->bml", w, psum) / nb
             db = 100.0 * (cb - pb) / cb
             pool_c, pool_p = _nanmean0(c[pool]), _nanmean0(p[pool])
             pool_cb, pool_pb = _nanmean1(cb[:, pool]), _nanmean1(pb[:, pool])
             pool_db = 100.0 * (pool_cb - pool_pb) / pool_cb
-        lo, hi = percentile_interval(db, level)
-        plo, phi = percentile_interval(pool_db, level)
+            # leave one task out (the jackknife of the BCa acceleration), shape (t, m, l)
+            n_j = n[None] - np.moveaxis(cnt, 1, 0)
+            c_j = (csum.sum(1)[None] - np.moveaxis(csum, 1, 0)) / n_j
+            p_j = (psum.sum(1)[None] - np.moveaxis(psum, 1, 0)) / n_j
+            has = np.moveaxis(cnt, 1, 0) > 0
+            dj = np.where(has, 100.0 * (c_j - p_j) / c_j, np.nan)
+            pool_cj, pool_pj = _nanmean1(c_j[:, pool]), _nanmean1(p_j[:, pool])
+            pool_dj = np.where(has[:, pool].any(1), 100.0 * (pool_cj - pool_pj) / pool_cj, np.nan)
+            d_hat = 100.0 * (c - p) / c
+            pool_d = 100.0 * (pool_c - pool_p) / pool_c
+        if method == "bca":
+            lo, hi = bca_interval(db, d_hat, dj, level, expand=True)
+            plo, phi = bca_interval(pool_db, pool_d, pool_dj, level, expand=True)
+        else:
+            lo, hi = percentile_interval(db, level)
+            plo, phi = percentile_interval(pool_db, level)
         binary = bool(np.isin(g["reward_clean"].to_numpy(float), (0.0, 1.0)).all()
                       and np.isin(g["reward_pert"].to_numpy(float), (0.0, 1.0)).all())
         for m, model in enumerate(models):

@@ -24,9 +24,11 @@ excess flip rate (perturbed minus noise floor) gets a 95 % percentile
 interval from a cluster bootstrap over those tasks, and a family whose
 interval reaches 0 or below is *not distinguishable from noise*.
 
-:func:`repeat_weights` is the second stage of the two-stage bootstrap used
-for D and for the change in D against a baseline run: within each drawn
-task, the repeat indices are drawn with replacement.
+:func:`repeat_weights` draws repeat indices with replacement within drawn
+tasks (a second bootstrap stage).  D and the change in D against a baseline
+run no longer use it: their bootstrap draws tasks only, each with all its
+repeats (docs/design.md section 4.1, "Intervals"), because the second stage
+counted the within-task variance twice and over-covered.
 """
 
 from __future__ import annotations

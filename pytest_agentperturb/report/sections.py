@@ -98,8 +98,8 @@ def heatmap_for(a: Analysis, model: str, suite: str, *, title: str = "") -> str:
 
 
 def degradation(a: Analysis) -> str:
-    out = ["<p>D = 100 (C − P) / C per level; intervals are 95 % percentile intervals of a cluster bootstrap "
-           f"over tasks ({a.replicates} replicates; replicates whose clean score is 0 have no D and are counted). "
+    out = ["<p>D = 100 (C − P) / C per level; intervals are 95 % BCa intervals (expanded for few tasks) of a "
+           f"cluster bootstrap over tasks, a drawn task keeping all its repeats ({a.replicates} replicates; replicates whose clean score is 0 have no D and are counted). "
            "Exact p: the one-sided exact paired test of no drop (binary rewards). Smallest detectable D: the "
            "relative drop this run detects with 80 % power at one-sided 2.5 % (normal approximation).</p>"]
     for suite in sorted(set(a.drops["suite"])):
@@ -283,8 +283,9 @@ def versus_baseline(a: Analysis) -> str:
     if v is None:
         return ""
     out = [f"<p>Compared with the <b>{esc(v.label)}</b> on the same tasks, families and variants (same variant "
-           "digests). Change = D this run − D baseline run, in points, with a 95 % interval from a paired cluster "
-           f"bootstrap over tasks ({a.replicates} replicates; repeats resampled within each task). 'rose' / 'fell': "
+           "digests). Change = D this run − D baseline run, in points, with a 95 % BCa interval (expanded for few "
+           f"tasks) from a paired cluster bootstrap over tasks ({a.replicates} replicates; a drawn task keeps all its "
+           "repeats). 'rose' / 'fell': "
            "the whole interval is above / below 0.</p>"]
     out += [f"<p class=muted>{esc(n)}</p>" for n in v.notes]
     d = v.deltas
