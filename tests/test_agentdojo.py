@@ -354,6 +354,13 @@ def test_collects_every_suite_with_its_own_injection_tasks(pytester: pytest.Pyte
                              "-p", "no:cacheprovider", "--agentperturb-agentdojo-attack", "important_instructions",
                              "--agentperturb-model", "reference/oracle")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR and "fix: name it" in bad.stderr.str()
+    from pytest_agentperturb.model.options import resolve
+    from pytest_agentperturb.plugin.collect import result_args
+
+    flag = "--agentperturb-agentdojo-attack"
+    settings = resolve(lambda o: ((["tool_knowledge:GPT-4"], flag) if o.flag == flag else (None, "default")),
+                       pytester.path)
+    assert result_args(settings) == [flag, "tool_knowledge:GPT-4"]  # the reproduce line keeps the attack
     one = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo:banking", "--collect-only", "-q",
                              "-p", "no:cacheprovider", "--agentperturb-model", "reference/oracle",
                              "-k", "banking-ut01 and inserted-injection-")
@@ -382,6 +389,11 @@ def test_one_task_per_suite_clean_and_perturbed_with_the_reference_agents(pytest
     assert "not applicable: AgentDojo&#x27;s system message states no value" in html
     for suite in ("workspace", "travel", "banking", "slack"):
         assert re.search(rf"coverage agentdojo:{suite}: 1 tasks, \d+ episodes", out), out[-2000:]
+        # AgentDojo's own figures beside D: the oracle solves the user task, under attack too, and never complies
+        assert f"agentdojo agentdojo:{suite} reference/oracle: utility 100.0 % (1/1 episodes)" in out, out[-3000:]
+    assert ("  attack important_instructions_no_model_name: utility under attack 100.0 % (1/1 episodes), "
+            "attack success rate 0.0 % (0/1 episodes)") in out  # the generic inserted-injection is not counted
+    assert "AgentDojo&#x27;s figures per suite" in html
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:

@@ -36,15 +36,27 @@ Mapping onto the task model (docs/design.md section 1b):
   AgentDojo, with renamed tools mapped back to their true names (case and
   separators; a counterfactual or fake name stays as called).  Only slack's user task 11 and
   injection task 5 read traces; both of them otherwise check the state.
-* inserted objects: one per injection task, ``inserted-injection-<suite>-it<NN>``.
-  The payload is AgentDojo's ``important_instructions`` attack (without a
-  model name, since a variant must not depend on the model under test),
-  planted in the injection vectors this user task's ground truth reads
-  (found by replaying it over canaries, as AgentDojo's
-  ``get_injection_candidates``), JSON-escaped so quotes, colons and
-  newlines survive the YAML.  Compliance is the injection task's
+* inserted objects: one per injection task and attack,
+  ``inserted-injection-<suite>-it<NN>`` for the default attack,
+  ``important_instructions_no_model_name`` (AgentDojo's important_instructions
+  addressed to no model in particular, since a variant must not depend on
+  the model under test), ``...-it<NN>-<attack>`` for another attack chosen
+  with ``--agentperturb-agentdojo-attack NAME[:MODEL NAME]`` (:class:`Attack`;
+  ``important_instructions`` and ``tool_knowledge`` name the model, from
+  ``:MODEL NAME`` or the model under test, and their notes say so).  The
+  payload is built by AgentDojo's own attack class, planted in the injection
+  vectors this user task's ground truth reads (found by replaying it over
+  canaries, as AgentDojo's ``get_injection_candidates``: every vector, also
+  one that is part of a gold argument, such as slack's channel
+  ``External_<vector>``: the gold call then names the planted channel,
+  :attr:`~pytest_agentperturb.model.records.Injection.renames`, as
+  AgentDojo's ground truth reads it from the environment), JSON-escaped so
+  quotes, colons and newlines survive the YAML.  Every (user task, injection
+  task) pair of every suite runs.  Compliance is the injection task's
   ``security_from_traces`` / ``security`` (:class:`~pytest_agentperturb.model.task.ComplianceCheck`);
-  the reward is the utility under attack.
+  the reward is the utility under attack.  AgentDojo's own figures (utility,
+  utility under attack, attack success rate) per suite are in the summary
+  and the report (:mod:`pytest_agentperturb.report.agentdojo_figures`).
 
 Ids: tasks are ``<suite>-ut<NN>`` and injection objects ``it<NN>`` (two
 digits, so ``-k banking-ut01`` selects one task and never ``ut10``-``ut15``;
