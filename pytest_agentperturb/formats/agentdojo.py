@@ -457,7 +457,7 @@ def _model_name(lib: types.SimpleNamespace, spec: str, models: Sequence[str]) ->
     names = sorted({v for v in found.values() if v})
     unknown = [m for m, v in found.items() if v is None]
     if len(names) == 1 and not unknown:
-        return names[0]
+        return str(names[0])
     why = (f"the models under test map to {', '.join(names)}" if len(names) > 1 else
            f"AgentDojo knows no model name for {', '.join(unknown) or 'no model'}")
     raise OptionError(f"--agentperturb-agentdojo-attack {spec!r}: the attack names the model under test, and {why}; "
