@@ -135,7 +135,7 @@ def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None,
             adapter = benchmark_adapter(name, agentdojo_attacks=settings.agentdojo_attacks if settings else (),
                                         models=settings.models if settings else ())
             if adapter is not None and hasattr(adapter, "attack_specs"):
-                adapter.operators()  # an unknown attack is a usage error now, not a failed collection
+                getattr(adapter, "operators")()  # an unknown attack is a usage error now, not a failed collection
             return adapter
         except OptionError as exc:
             raise pytest.UsageError(str(exc)) from None
