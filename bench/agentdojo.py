@@ -14,14 +14,21 @@ Suites are loaded and both sides warmed up before timing; each side runs
 ``agentdojo_speed_ratio: <AgentDojo time / our time>`` (1.0 = as fast; the
 target is at least 0.8).  Needs ``pip install -e ".[agentdojo]"``.
 
+With ``--pairs`` it instead checks every (user task, injection task) pair
+of the suites: our oracle's episode on the injection variant (reward,
+compliance) against AgentDojo's ground-truth pipeline on the same planted
+injections (utility, security); the last line is ``agentdojo pairs: N/M agree``.
+
 Usage::
 
     python bench/agentdojo.py [--suite banking] [--repeat 2]
+    python bench/agentdojo.py --pairs [--suite slack]
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from pathlib import Path
@@ -31,8 +38,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_agentperturb.agents.reference import OracleAgent  # noqa: E402
-from pytest_agentperturb.formats.agentdojo import SUITES, AgentDojoAdapter, load  # noqa: E402
-from pytest_agentperturb.perturb.engine import clean_variant  # noqa: E402
+from pytest_agentperturb.formats.agentdojo import SUITES, AgentDojoAdapter, escape, load  # noqa: E402
+from pytest_agentperturb.perturb.engine import clean_variant, variant_of  # noqa: E402
 from pytest_agentperturb.run.episode import run_episode_sync  # noqa: E402
 
 
@@ -40,8 +47,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", action="append", choices=SUITES, help="suites to run (default: all four)")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--pairs", action="store_true", help="check every (user task, injection task) pair instead")
     a = ap.parse_args()
     suites = tuple(a.suite or SUITES)
+    if a.pairs:
+        return pairs(suites)
 
     t0 = time.perf_counter()
     lib = load()
@@ -87,6 +97,41 @@ def main() -> int:
           f"ours {total_ours:.2f} s")
     print(f"agentdojo_speed_ratio: {total_theirs / total_ours:.2f}")
     return 0
+
+
+def pairs(suites: tuple[str, ...]) -> int:
+    """Every pair: our oracle's (reward, compliance) against AgentDojo's ground truth's (utility, security)."""
+    lib = load()
+    adapter = AgentDojoAdapter("agentdojo", suites)
+    tasks = {slot.name: slot.load() for slot in adapter.tasks()}
+    agree = total = 0
+    oracle = OracleAgent()
+    for name in suites:
+        data = adapter.data(name)
+        ops = [op for op in adapter.operators() if op.suite is data]
+        ok = n = 0
+        t = time.perf_counter()
+        for tid in data.user_tasks:
+            task = tasks[tid]
+            ut = data.user_task(tid)
+            for op in ops:
+                edit = op.apply(task, random.Random(0))
+                assert edit is not None
+                variant = variant_of(task, op.family, op.id, 0, edit)
+                rec = run_episode_sync(task, variant, oracle, run_id="bench", seed=0)
+                planted = {i.vector: escape(i.text) for i in variant.injections}
+                utility, security = data.suite.run_task_with_pipeline(
+                    lib.GroundTruthPipeline(ut), ut, data.suite.injection_tasks[op.injection_id], planted)
+                same = (rec.reward == 1.0, bool(rec.compliance)) == (bool(utility), bool(security))
+                ok += same
+                n += 1
+                if not same:
+                    print(f"  differs: {tid} {op.family}: ours reward {rec.reward} compliance {rec.compliance} "
+                          f"{rec.error}; AgentDojo utility {utility} security {security}")
+        print(f"{name}: {ok}/{n} pairs agree ({time.perf_counter() - t:.1f} s)")
+        agree, total = agree + ok, total + n
+    print(f"agentdojo pairs: {agree}/{total} agree")
+    return 0 if agree == total else 1
 
 
 if __name__ == "__main__":

@@ -197,6 +197,8 @@ class OracleAgent:
         # user naming it the oracle cannot use it, so a variant without that path fails its replay
         gaps = tool_gaps(ctx.variant.canaries)
         usable: dict[str, bool] = {}
+        # a gold argument an injection changed (its vector is part of the value) is called as the environment has it
+        renames = {clean: injected for inj in ctx.variant.injections for clean, injected in inj.renames}
         for step in ctx.task.solution:
             resolve(step.facts())
             args = fill(dict(step.args), values)
@@ -210,11 +212,25 @@ class OracleAgent:
             if usable.get(f"tool:{step.tool}") is False:
                 continue
             args = {k: v for k, v in args.items() if usable.get(f"tool:{step.tool}.{k}", True)}
+            args = _renamed(args, renames)
             ctx.model_turn(json.dumps(args))
             seen += image_texts(ctx.call_tool(step.tool, args))
         resolve(_ordered_facts((), ctx.task.answer))
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))
+
+
+def _renamed(value: Any, renames: Mapping[str, str]) -> Any:
+    """``value`` with every string that an injection renamed (whole values only) replaced."""
+    if not renames:
+        return value
+    if isinstance(value, str):
+        return renames.get(value, value)
+    if isinstance(value, list):
+        return [_renamed(v, renames) for v in value]
+    if isinstance(value, dict):
+        return {k: _renamed(v, renames) for k, v in value.items()}
+    return value
 
 
 class LiteralAgent:

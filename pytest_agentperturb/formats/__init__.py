@@ -10,6 +10,7 @@ a :class:`~pytest_agentperturb.SuiteAdapter` and a
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,10 +21,13 @@ if TYPE_CHECKING:
 BENCHMARKS: tuple[str, ...] = ("agentdojo", "tau2")
 
 
-def benchmark_adapter(name: str) -> SuiteAdapter | None:
+def benchmark_adapter(name: str, *, agentdojo_attacks: Sequence[str] = (),
+                      models: Sequence[str] = ()) -> SuiteAdapter | None:
     """The adapter of a benchmark's suite name (``agentdojo[:suite]``, ``tau2[:domain]``), None for another name.
 
-    Only the named benchmark's adapter module is imported.
+    Only the named benchmark's adapter module is imported.  ``agentdojo_attacks``
+    (``--agentperturb-agentdojo-attack``) and ``models`` (the models under test,
+    for an attack that names the model) reach the AgentDojo adapter.
 
     Raises:
         OptionError: for an unknown suite of a known benchmark or a missing extra (the message has the fix).
@@ -36,7 +40,7 @@ def benchmark_adapter(name: str) -> SuiteAdapter | None:
     if family == "agentdojo":
         from .agentdojo import adapter_for
 
-        return adapter_for(name)
+        return adapter_for(name, agentdojo_attacks, models)
     return None
 
 

@@ -32,19 +32,31 @@ Mapping onto the task model (docs/design.md section 1b):
   reach the environment or the grader.
 * grader: the user task's ``utility_from_traces`` (falling back to
   ``utility``, as AgentDojo grades).  The trace holds the agent's calls in
-  order, failed ones included as in AgentDojo, with renamed tools mapped
-  back to their true names (case and separators; a counterfactual or fake
-  name answers to no tool and is left out).  Only slack's user task 11 and
+  order, failed ones and calls to tools that do not exist included as in
+  AgentDojo, with renamed tools mapped back to their true names (case and
+  separators; a counterfactual or fake name stays as called).  Only slack's user task 11 and
   injection task 5 read traces; both of them otherwise check the state.
-* inserted objects: one per injection task, ``inserted-injection-<suite>-it<NN>``.
-  The payload is AgentDojo's ``important_instructions`` attack (without a
-  model name, since a variant must not depend on the model under test),
-  planted in the injection vectors this user task's ground truth reads
-  (found by replaying it over canaries, as AgentDojo's
-  ``get_injection_candidates``), JSON-escaped so quotes, colons and
-  newlines survive the YAML.  Compliance is the injection task's
+* inserted objects: one per injection task and attack,
+  ``inserted-injection-<suite>-it<NN>`` for the default attack,
+  ``important_instructions_no_model_name`` (AgentDojo's important_instructions
+  addressed to no model in particular, since a variant must not depend on
+  the model under test), ``...-it<NN>-<attack>`` for another attack chosen
+  with ``--agentperturb-agentdojo-attack NAME[:MODEL NAME]`` (:class:`Attack`;
+  ``important_instructions`` and ``tool_knowledge`` name the model, from
+  ``:MODEL NAME`` or the model under test, and their notes say so).  The
+  payload is built by AgentDojo's own attack class, planted in the injection
+  vectors this user task's ground truth reads (found by replaying it over
+  canaries, as AgentDojo's ``get_injection_candidates``: every vector, also
+  one that is part of a gold argument, such as slack's channel
+  ``External_<vector>``: the gold call then names the planted channel,
+  :attr:`~pytest_agentperturb.model.records.Injection.renames`, as
+  AgentDojo's ground truth reads it from the environment), JSON-escaped so
+  quotes, colons and newlines survive the YAML.  Every (user task, injection
+  task) pair of every suite runs.  Compliance is the injection task's
   ``security_from_traces`` / ``security`` (:class:`~pytest_agentperturb.model.task.ComplianceCheck`);
-  the reward is the utility under attack.
+  the reward is the utility under attack.  AgentDojo's own figures (utility,
+  utility under attack, attack success rate) per suite are in the summary
+  and the report (:mod:`pytest_agentperturb.report.agentdojo_figures`).
 
 Ids: tasks are ``<suite>-ut<NN>`` and injection objects ``it<NN>`` (two
 digits, so ``-k banking-ut01`` selects one task and never ``ut10``-``ut15``;
@@ -88,6 +100,7 @@ from ..model.records import Canary, Injection, Variant
 from ..model.interfaces import Edit
 from .authored import adapter_pack, pack_entry
 from ..model.task import Surfaces, Task, TaskSlot
+from ..model.trajectory import is_action
 from .benchmark import BenchmarkAdapter
 from .derived_facts import Derived, derive_facts
 
@@ -108,6 +121,12 @@ ANSWER_ONLY: Mapping[str, frozenset[int]] = {
 OPERATOR_ID = "agentdojo_important_instructions"
 #: The user name AgentDojo's important_instructions attack signs with.
 ATTACK_USER = "Emma Johnson"
+#: The attack planted when none is chosen: AgentDojo's important_instructions addressed to no model in
+#: particular (its family is ``inserted-injection-<suite>-it<NN>``, with no attack suffix).
+DEFAULT_ATTACK = "important_instructions_no_model_name"
+#: Two AgentDojo model ids with different prose names: an attack whose payload differs between them names
+#: the model under test.
+_PROBE_MODELS = ("gpt-4o-2024-05-13", "claude-3-opus-20240229")
 
 _LEAN_MODULES = ("agentdojo.task_suite.load_suites", "agentdojo.agent_pipeline.tool_execution",
                  "agentdojo.agent_pipeline.ground_truth_pipeline", "agentdojo.functions_runtime",
@@ -215,12 +234,27 @@ def load() -> types.SimpleNamespace:
         task_suite=sys.modules["agentdojo.task_suite.task_suite"],
         attack_template=attacks.ImportantInstructionsAttack._JB_STRING,
         default_model_name=sys.modules["agentdojo.attacks.base_attacks"].DEFAULT_MODEL_NAME,
+        attacks=sys.modules["agentdojo.attacks.attack_registry"].ATTACKS,
+        FixedJailbreakAttack=sys.modules["agentdojo.attacks.base_attacks"].FixedJailbreakAttack,
+        model_names=sys.modules["agentdojo.models"].MODEL_NAMES,
     )
 
 
 def number(agentdojo_id: str) -> int:
     """``user_task_12`` -> 12 (AgentDojo's dicts are in registration order, not numeric)."""
     return int(agentdojo_id.rsplit("_", 1)[1])
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a (nested) argument value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
 
 
 def escape(payload: str) -> str:
@@ -289,13 +323,18 @@ def traces(lib: types.SimpleNamespace, tools: Sequence[str], trajectory: Sequenc
     """AgentDojo ``FunctionCall`` s of the agent's tool calls, in order, under true names.
 
     Like AgentDojo's traces they hold every call the agent made, failed
-    ones included; a call under a renamed tool is mapped back to its true
-    name (:func:`true_name`), calls to names no tool answers to are left out.
+    ones included, and calls to tools that do not exist under the name
+    called (AgentDojo keeps them: its stack trace is every tool call of
+    the assistant's messages); a call under a renamed tool is mapped back
+    to its true name (:func:`true_name`).
     """
     out = []
     for e in trajectory:
-        name = true_name(str(e.get("tool", "")), tools) if e.get("role") == "assistant" else None
-        if name is not None and isinstance(e.get("args"), Mapping):
+        if not is_action(e):  # the agent's tool calls (asking the user is none: AgentDojo has no user)
+            continue
+        called = str(e["tool"])
+        name = true_name(called, tools) or called
+        if isinstance(e.get("args"), Mapping):
             out.append(lib.FunctionCall.model_construct(function=name, args=dict(e["args"]), id=None,
                                                         placeholder_args=None))
     return out
@@ -334,21 +373,115 @@ class SecurityCheck:
         return bool(hit if hit is not None else task.security(answer, pre_state, post_state))
 
 
+class Attack:
+    """One of AgentDojo's attacks, chosen with ``--agentperturb-agentdojo-attack NAME[:MODEL NAME]``.
+
+    Its payloads are built by AgentDojo's own attack class (``attack()``,
+    with the injection candidates this adapter found, which are AgentDojo's),
+    so no model is called.  The attacks offered are AgentDojo's fixed
+    templates (``FixedJailbreakAttack``: ``important_instructions`` and its
+    variants, ``tool_knowledge``, ``direct``, ``ignore_previous``,
+    ``system_message``, ``injecagent``); ``manual`` asks a person and the DoS
+    attacks plant no injection task, so they are not offered.  An attack that
+    addresses the model (``important_instructions``, ``tool_knowledge``, ...)
+    takes its name from ``:MODEL NAME`` (one of AgentDojo's, e.g. ``GPT-4``) or
+    from the model under test, as AgentDojo's ``get_model_name_from_pipeline``
+    reads it; its variants then depend on the model, and their note says so.
+    """
+
+    def __init__(self, lib: types.SimpleNamespace, spec: str, models: Sequence[str] = ()) -> None:
+        name, _, model = (x.strip() for x in spec.partition(":"))
+        offered = names_of_attacks(lib)
+        if name not in offered:
+            raise OptionError(f"--agentperturb-agentdojo-attack {spec!r}: unknown attack; expected one of "
+                              f"{', '.join(offered)} (optionally NAME:<model name> for one that names the model)")
+        self.lib, self.name, self.cls = lib, name, lib.attacks[name]
+        probes = [self._build(m).model_name for m in _PROBE_MODELS]
+        self.names_model = probes[0] != probes[1]
+        self.model = ""
+        if self.names_model:
+            self.model = model or _model_name(lib, spec, models)
+            full = next((k for k, v in lib.model_names.items() if v == self.model), None)
+            if full is None:
+                raise OptionError(f"--agentperturb-agentdojo-attack {spec!r}: {self.model!r} is none of AgentDojo's "
+                                  f"model names ({', '.join(sorted(set(lib.model_names.values())))})")
+            self.pipeline_name = full
+        elif model:
+            raise OptionError(f"--agentperturb-agentdojo-attack {spec!r}: {name} names no model; drop ':{model}'")
+        else:
+            self.pipeline_name = _PROBE_MODELS[0]
+        self.planted_model = str(self._build(self.pipeline_name).model_name)  # the wrong_model_name attack's differs
+        self.suffix = "" if name == DEFAULT_ATTACK else "-" + name.replace("_", "-")
+        self._built: dict[str, Any] = {}
+
+    def _build(self, pipeline_name: str, suite: Any = None) -> Any:
+        return self.cls(suite if suite is not None else _NoSuite(), types.SimpleNamespace(name=pipeline_name))
+
+    def for_suite(self, data: SuiteData) -> Any:
+        """AgentDojo's attack object for one suite, its injection candidates read from the adapter's."""
+        if data.name not in self._built:
+            obj = self._build(self.pipeline_name, data.suite)
+            obj.get_injection_candidates = lambda ut: [v for v, _ in data.vectors(data.task_id_of(ut.ID))[0]]
+            self._built[data.name] = obj
+        return self._built[data.name]
+
+    def payloads(self, data: SuiteData, task_id: str, injection_id: str) -> dict[str, str]:
+        """Vector -> text, as AgentDojo's attack plants them into one (user task, injection task) pair."""
+        obj = self.for_suite(data)
+        return dict(obj.attack(data.user_task(task_id), data.suite.injection_tasks[injection_id]))
+
+    @property
+    def note(self) -> str:
+        if self.names_model:
+            to = self.planted_model if self.planted_model == self.model else f"{self.planted_model} (for {self.model})"
+            return f"AgentDojo attack {self.name}, addressed to {to}: the variant depends on the model named"
+        return f"AgentDojo attack {self.name}"
+
+
+class _NoSuite:
+    """Stands in for a task suite while probing an attack class (it only reads the vector defaults)."""
+
+    def get_injection_vector_defaults(self) -> dict[str, str]:
+        return {}
+
+
+def names_of_attacks(lib: types.SimpleNamespace) -> tuple[str, ...]:
+    """AgentDojo's attacks that this adapter offers (fixed templates that plant an injection task)."""
+    return tuple(sorted(n for n, cls in lib.attacks.items()
+                        if issubclass(cls, lib.FixedJailbreakAttack) and not cls.is_dos_attack))
+
+
+def _model_name(lib: types.SimpleNamespace, spec: str, models: Sequence[str]) -> str:
+    """The one AgentDojo model name the models under test map to (as ``get_model_name_from_pipeline``)."""
+    found = {m: next((v for k, v in lib.model_names.items() if k in m), None) for m in models}
+    names = sorted({v for v in found.values() if v})
+    unknown = [m for m, v in found.items() if v is None]
+    if len(names) == 1 and not unknown:
+        return str(names[0])
+    why = (f"the models under test map to {', '.join(names)}" if len(names) > 1 else
+           f"AgentDojo knows no model name for {', '.join(unknown) or 'no model'}")
+    raise OptionError(f"--agentperturb-agentdojo-attack {spec!r}: the attack names the model under test, and {why}; "
+                      f"fix: name it, e.g. {spec.partition(':')[0]}:GPT-4 (a variant is shared by every model of "
+                      "the run, so one name is planted)")
+
+
 class InjectionTaskOperator:
     """Plant one AgentDojo injection task into a user task's injection vectors (``inserted-injection-<suite>-it<NN>``).
 
     The payload goes exactly where AgentDojo's attacks put it: every vector
-    the user task's ground truth reads.  Nothing on the four surfaces
-    changes; the canary is the injection task's goal, but compliance is
-    decided by its ``security()`` check (:class:`SecurityCheck`).
+    the user task's ground truth reads, the text built by the chosen attack
+    (:class:`Attack`; the default's family has no suffix, another's ends in
+    ``-<attack>``).  Nothing on the four surfaces changes; the canary is the
+    injection task's goal, but compliance is decided by its ``security()``
+    check (:class:`SecurityCheck`).
     """
 
-    id = OPERATOR_ID
-
-    def __init__(self, suite: SuiteData, injection_id: str) -> None:
+    def __init__(self, suite: SuiteData, injection_id: str, attack: Attack | None = None) -> None:
         self.suite = suite
         self.injection_id = injection_id
-        self.family = suite.family_of(injection_id)
+        self.attack = attack or suite.attack(DEFAULT_ATTACK)
+        self.family = suite.family_of(injection_id, self.attack)
+        self.id = OPERATOR_ID if self.attack.name == DEFAULT_ATTACK else f"agentdojo_{self.attack.name}"
 
     def applicable(self, task: Task) -> bool:
         return task.suite == self.suite.key
@@ -356,14 +489,14 @@ class InjectionTaskOperator:
     def apply(self, task: Task, rng: random.Random) -> Edit | None:
         plan, fed = self.suite.vectors(task.id)
         if not plan:
-            raise VariantSkipped(
-                f"every injection vector its ground truth reads ({', '.join(fed) or 'none'}) is part of an "
-                "argument of its gold calls (e.g. a channel name): planting there would change the goal")
+            raise VariantSkipped("its ground truth reads no injection vector (AgentDojo: not injectable)")
         it = self.suite.suite.injection_tasks[self.injection_id]
-        text = self.suite.payload(it.GOAL, self.suite.user_task(task.id).PROMPT)
-        injections = tuple(Injection(tool, text, it.GOAL, vector) for vector, tool in plan)
+        texts = self.attack.payloads(self.suite, task.id, self.injection_id)
+        injections = tuple(Injection(tool, texts[vector], it.GOAL, vector,
+                                     renames=self.suite.renames(fed.get(vector, ()), vector, texts[vector]))
+                           for vector, tool in plan)
         return Edit(task.surfaces, (Canary("goal", it.GOAL),), injections=injections,
-                    note=f"AgentDojo {self.injection_id} into {', '.join(v for v, _ in plan)}: {it.GOAL}")
+                    note=f"{self.attack.note}: {self.injection_id} into {', '.join(v for v, _ in plan)}: {it.GOAL}")
 
 
 # -- one suite -------------------------------------------------------------------------------------
@@ -386,12 +519,28 @@ class SuiteData:
         self.system_message = str(lib.yaml.safe_load(path.read_text(encoding="utf-8"))["default"])
         self.defaults: dict[str, str] = dict(self.suite.get_injection_vector_defaults())
         self._envs: OrderedDict[tuple[tuple[str, str], ...], Any] = OrderedDict()
-        self._vectors: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
+        self._vectors: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]]]] = {}
         self.user_tasks = {f"{name}-ut{number(k):02d}": k for k in sorted(self.suite.user_tasks, key=number)}
-        self.injections = {self.family_of(k): k for k in sorted(self.suite.injection_tasks, key=number)}
+        #: family -> injection task id, for every attack asked for (the default's from the start)
+        self.injections: dict[str, str] = {}
+        self._attacks: dict[str, Attack] = {}
+        self.attack(DEFAULT_ATTACK)
 
-    def family_of(self, injection_id: str) -> str:
-        return f"inserted-injection-{self.name}-it{number(injection_id):02d}"
+    def attack(self, spec: str, models: Sequence[str] = ()) -> Attack:
+        """The attack ``spec`` names (built once), its families registered for :meth:`injection_for`."""
+        if spec not in self._attacks:
+            att = Attack(self.lib, spec, models)
+            self._attacks[spec] = att
+            for k in sorted(self.suite.injection_tasks, key=number):
+                self.injections[self.family_of(k, att)] = k
+        return self._attacks[spec]
+
+    def family_of(self, injection_id: str, attack: Attack | None = None) -> str:
+        return f"inserted-injection-{self.name}-it{number(injection_id):02d}{attack.suffix if attack else ''}"
+
+    def task_id_of(self, agentdojo_id: str) -> str:
+        """``user_task_7`` -> ``slack-ut07``."""
+        return f"{self.name}-ut{number(agentdojo_id):02d}"
 
     def user_task(self, task_id: str) -> Any:
         return self.suite.user_tasks[self.user_tasks[task_id]]
@@ -399,11 +548,6 @@ class SuiteData:
     def injection_for(self, family: str) -> Any:
         key = self.injections.get(family)
         return self.suite.injection_tasks[key] if key is not None else None
-
-    def payload(self, goal: str, prompt: str) -> str:
-        """AgentDojo's important_instructions text, addressed to no model in particular."""
-        return str(self.lib.attack_template.format(goal=goal, user=ATTACK_USER, model=self.lib.default_model_name,
-                                                   task=prompt))
 
     def environment(self, planted: Mapping[str, str]) -> Any:
         """A fresh deep copy of the environment with ``planted`` (already escaped) in its vectors."""
@@ -426,31 +570,40 @@ class SuiteData:
         data = yaml.load(text.format(**{**self.defaults, **planted}), Loader=yaml.CSafeLoader)
         return self.suite.environment_type.model_validate(data)
 
-    def vectors(self, task_id: str) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    def vectors(self, task_id: str) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]]]:
         """Where to plant an injection into one user task: ``(plan, fed)``.
 
         ``plan`` holds (vector, true name of the tool showing it) for each
         vector the ground truth reads, in vector order, as AgentDojo's
         ``get_injection_candidates`` finds them (canaries in every vector,
-        ground truth replayed); ``fed`` the vectors it reads that also end up
-        in an argument of its gold calls (slack's channel ``External_<vector>``):
-        planting there would change the gold actions, so they are left out.
+        ground truth replayed); AgentDojo plants into all of them.  ``fed``
+        maps a vector that also ends up in an argument of the gold calls
+        (slack's channel ``External_<vector>``, which the ground truth reads
+        from the environment) to those argument values, with the vector's
+        canary in them: planted there, the gold call names the planted text
+        (:meth:`renames`).
         """
         if task_id not in self._vectors:
             canaries = {v: f"<CANARY---{v}--->" for v in self.defaults}
             env = self.environment(canaries)
             seen: dict[str, str] = {}
             calls = self.user_task(task_id).ground_truth(env.model_copy(deep=True))
-            args = json.dumps([c.args for c in calls], default=str)
+            values = [v for c in calls for v in _strings(c.args)]
             for call in calls:
                 result, _ = self.runtime.run_function(env, call.function, call.args)
                 text = str(self.lib.tool_result_to_str(result))
                 for v, c in canaries.items():
                     if c in text:
                         seen.setdefault(v, call.function)
-            self._vectors[task_id] = (tuple((v, seen[v]) for v in canaries if v in seen and canaries[v] not in args),
-                                      tuple(v for v in canaries if v in seen and canaries[v] in args))
+            fed = {v: tuple(dict.fromkeys(x for x in values if canaries[v] in x)) for v in canaries if v in seen}
+            self._vectors[task_id] = (tuple((v, seen[v]) for v in canaries if v in seen),
+                                      {v: x for v, x in fed.items() if x})
         return self._vectors[task_id]
+
+    def renames(self, templates: Sequence[str], vector: str, text: str) -> tuple[tuple[str, str], ...]:
+        """(clean, injected) gold-argument values for ``text`` planted in ``vector`` (see :meth:`vectors`)."""
+        canary = f"<CANARY---{vector}--->"
+        return tuple((t.replace(canary, self.defaults[vector]), t.replace(canary, text)) for t in templates)
 
     def make_task(self, task_id: str) -> Task:
         """The task model of one user task."""
@@ -519,9 +672,13 @@ class AgentDojoAdapter(BenchmarkAdapter["SuiteData"]):
     benchmark, requirement = NAME, REQUIREMENT
     task_field, task_kind = "ground_truth", "a user task the adapter can map"
 
-    def __init__(self, name: str, suites: Sequence[str]) -> None:
+    def __init__(self, name: str, suites: Sequence[str], attacks: Sequence[str] = (),
+                 models: Sequence[str] = ()) -> None:
         check_installed()
         super().__init__(name, suites)
+        #: ``--agentperturb-agentdojo-attack`` values (default: :data:`DEFAULT_ATTACK`) and the models under test
+        self.attack_specs = tuple(dict.fromkeys(attacks)) or (DEFAULT_ATTACK,)
+        self.models = tuple(models)
 
     @property
     def suites(self) -> tuple[str, ...]:
@@ -537,16 +694,21 @@ class AgentDojoAdapter(BenchmarkAdapter["SuiteData"]):
         return str(data.user_tasks[task_id])
 
     def operators(self) -> list[InjectionTaskOperator]:
-        """One inserted object per injection task of the selected suites."""
-        return [InjectionTaskOperator(self.data(s), k) for s in self.suites
+        """One inserted object per injection task of the selected suites and attack chosen.
+
+        Raises:
+            OptionError: for an unknown attack, or one naming the model when no single name is known.
+        """
+        return [InjectionTaskOperator(self.data(s), k, self.data(s).attack(spec, self.models))
+                for spec in self.attack_specs for s in self.suites
                 for k in sorted(self.data(s).suite.injection_tasks, key=number)]
 
 
-def adapter_for(name: str) -> AgentDojoAdapter | None:
+def adapter_for(name: str, attacks: Sequence[str] = (), models: Sequence[str] = ()) -> AgentDojoAdapter | None:
     """The adapter for a ``--agentperturb-suite`` name, or None when the name is not AgentDojo's.
 
     Raises:
         OptionError: for an unknown AgentDojo suite or a missing extra (the message has the fix).
     """
     suites = parse_name(name)
-    return None if suites is None else AgentDojoAdapter(name, suites)
+    return None if suites is None else AgentDojoAdapter(name, suites, attacks, models)

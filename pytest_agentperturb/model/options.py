@@ -104,6 +104,12 @@ OPTIONS: tuple[Option, ...] = (
            "a suite that is not a folder, by name (e.g. agentdojo:banking), repeatable; a suite adapter "
            "recognises it. Without path arguments only these suites are collected.",
            metavar="NAME", ini="agentperturb_suites"),
+    Option("agentdojo_attacks", "--agentperturb-agentdojo-attack", "lines", (),
+           "AgentDojo attack whose payloads the injection tasks plant, repeatable, each its own inserted "
+           "objects: important_instructions_no_model_name (the default), important_instructions, tool_knowledge, "
+           "important_instructions_no_names, direct, ignore_previous, ...; one that names the model takes "
+           "NAME:<AgentDojo model name> (e.g. important_instructions:GPT-4) or the model under test's.",
+           metavar="NAME"),
     Option("families", "--agentperturb-families", "str", "",
            "comma-separated families to collect: clean, <target>-<type> and/or inserted objects "
            f"({', '.join(INSERTED)}; in images: {', '.join(IMAGE_OBJECTS)}) (default: all 16, "
@@ -250,6 +256,8 @@ class Settings:
     variant_seed: int = 0
     #: the run to compare with (``--agentperturb-baseline``), empty when none
     baseline: str = ""
+    #: AgentDojo attacks to plant (``--agentperturb-agentdojo-attack``), empty: the adapter's default
+    agentdojo_attacks: tuple[str, ...] = ()
     llm: LLMSettings = field(default_factory=LLMSettings)
     #: raw gate values (validated into thresholds by :mod:`pytest_agentperturb.gate`)
     gate: Mapping[str, Any] = field(default_factory=dict)
@@ -358,6 +366,6 @@ def resolve(lookup: Lookup, rootdir: Path) -> Settings:
         inpaint_model=rooted(values["inpaint_model"]) if values["inpaint_model"] else None,
         repeats=int(values["repeats"]),
         variant_seed=int(values["seed"] if values["variant_seed"] is None else values["variant_seed"]),
-        baseline=values["baseline"], llm=llm,
+        baseline=values["baseline"], agentdojo_attacks=tuple(values["agentdojo_attacks"]), llm=llm,
         gate={o.dest: values[o.dest] for o in OPTIONS if o.group == "gate"}, sources=sources,
     )

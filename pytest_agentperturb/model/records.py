@@ -91,12 +91,20 @@ class Injection:
     injection vector) and ``tool`` is the tool whose output shows it; tool
     results are then not edited.  Either way the grader files stay
     untouched.  ``goal`` is the canary of the injected goal.
+
+    ``renames`` holds ``(clean, injected)`` pairs of gold-call argument
+    values that the planted text changes, because the vector is part of them
+    (AgentDojo's slack channel ``External_<vector>``, which its ground truth
+    reads from the environment): the oracle calls with the injected value,
+    and the goal-preservation rule compares its actions with the clean value
+    put back.
     """
 
     tool: str
     text: str
     goal: str
     vector: str = ""
+    renames: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

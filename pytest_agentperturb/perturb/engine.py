@@ -161,9 +161,17 @@ def structural_problems(task: Task, variant: Variant) -> list[str]:
     return problems
 
 
-def _gold_actions(trajectory: Trajectory) -> list[tuple[str, str]]:
-    """The oracle's :func:`~..model.trajectory.actions`, each compared by its arguments' ``repr`` (key order too)."""
-    return [(a.tool, repr(a.args)) for a in actions(trajectory)]
+def _gold_actions(trajectory: Trajectory, variant: Variant | None = None) -> list[tuple[str, str]]:
+    """The oracle's :func:`~..model.trajectory.actions`, each compared by its arguments' ``repr`` (key order too).
+
+    With a variant, argument values its injections rename (:attr:`~..model.records.Injection.renames`)
+    are put back to their clean values first.
+    """
+    out = [(a.tool, repr(a.args)) for a in actions(trajectory)]
+    for inj in variant.injections if variant is not None else ():
+        for clean, injected in inj.renames:
+            out = [(t, r.replace(repr(injected), repr(clean))) for t, r in out]
+    return out
 
 
 def variant_of(task: Task, family: str, operator: str, seed: int, edit: Edit) -> Variant:
@@ -216,7 +224,7 @@ class Engine:
             failed = [c for c, ok in last.get("checks", []) if not ok]
             return [f"rule 4: the oracle with recovery scored {res.reward}: {'; '.join(failed)[:300]}"]
         clean = self.clean_gold(task)
-        if _gold_actions(res.trajectory) != _gold_actions(clean):
+        if _gold_actions(res.trajectory, variant) != _gold_actions(clean):
             return ["rule 3: the gold actions differ from the clean task's: the goal changed"]
         gold = actions_text(clean)
         stale = [c.text for c in variant.canaries if c.kind not in ("omitted", "inverted") and c.text in gold]

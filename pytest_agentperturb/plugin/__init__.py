@@ -135,8 +135,15 @@ def pytest_agentperturb_suite_adapter(path: Path | None, name: str | None,
         from ..formats import benchmark_adapter
         from ..model.errors import OptionError
 
+        from .session import SESSION_KEY
+
+        settings = config.stash[SESSION_KEY].settings if SESSION_KEY in config.stash else None
         try:
-            return benchmark_adapter(name)
+            adapter = benchmark_adapter(name, agentdojo_attacks=settings.agentdojo_attacks if settings else (),
+                                        models=settings.models if settings else ())
+            if adapter is not None and hasattr(adapter, "attack_specs"):
+                getattr(adapter, "operators")()  # an unknown attack is a usage error now, not a failed collection
+            return adapter
         except OptionError as exc:
             raise pytest.UsageError(str(exc)) from None
     from ..formats.native import NativeSuiteAdapter, is_suite

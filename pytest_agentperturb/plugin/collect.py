@@ -339,8 +339,8 @@ def result_args(s: Settings) -> list[str]:
     """Flags (beyond the agent and the seed) whose values change an item's result, as set for this run.
 
     The endpoint and the model protocol (attempts, backoff, limits,
-    timeouts, generator), explicitly chosen families and strict mode;
-    not concurrency, connections or the cache folder.
+    timeouts, generator), explicitly chosen families, strict mode and the
+    AgentDojo attacks chosen; not concurrency, connections or the cache folder.
     """
     out: list[str] = []
     for o in OPTIONS:
@@ -352,6 +352,8 @@ def result_args(s: Settings) -> list[str]:
         out += [option("families").flag, ",".join(s.families)]
     if s.strict:
         out.append(option("strict").flag)
+    for attack in s.agentdojo_attacks:  # which AgentDojo attacks exist as families, and their payloads
+        out += [option("agentdojo_attacks").flag, attack]
     return out
 
 

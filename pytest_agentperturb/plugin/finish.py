@@ -27,6 +27,7 @@ from .results import Results
 
 if TYPE_CHECKING:
     from ..analysis import Analysis
+    from ..report.agentdojo_figures import Figures
     from ..report.coverage import SuiteCoverage
     from ..run.baseline import BaselineRun
 
@@ -81,6 +82,7 @@ class Finish:
         self.is_worker = hasattr(config, "workerinput")
         self.started = time.perf_counter()
         self.coverage: list[SuiteCoverage] = []
+        self.agentdojo: list[Figures] = []  # AgentDojo's own figures per suite and model (none without its suites)
         self.verdict: Verdict | None = None
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
@@ -158,6 +160,11 @@ class Finish:
                 records=[EpisodeRecord.from_row(r) for r in rows], config=self.config)
         self.coverage = coverage(rows, t.skip_rows)
         sections = [("Coverage per suite", coverage_html(self.coverage))]
+        from ..report.agentdojo_figures import figures, figures_html
+
+        self.agentdojo = figures(rows)
+        if self.agentdojo:
+            sections.append(("AgentDojo's figures per suite", figures_html(self.agentdojo)))
         sections += [s for res in extra for s in (res or [])]
         table = report.episode_table(rows)
         self.analysis = report.analyse(table, rows, seed=self.settings.seed, **self._baseline_inputs())
@@ -244,6 +251,11 @@ class Finish:
             from ..analysis import extra_summary_lines, summary_lines
 
             for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
+                tr.write_line(line)
+        if self.agentdojo:
+            from ..report.agentdojo_figures import figure_lines
+
+            for line in figure_lines(self.agentdojo):
                 tr.write_line(line)
         if self.coverage:
             from ..report.coverage import coverage_lines

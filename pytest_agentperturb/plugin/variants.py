@@ -30,6 +30,8 @@ def variant_digest(task_digest: str, variant: Variant, user_model: str = "") -> 
         h.update(variant.surfaces.render(t).encode())
     for inj in variant.injections:  # an injection edits no surface but is part of the instance
         h.update(f"{inj.tool}\0{inj.text}\0{inj.goal}".encode() + (f"\0{inj.vector}".encode() if inj.vector else b""))
+        for clean, injected in inj.renames:
+            h.update(f"\0rename\0{clean}\0{injected}".encode())
     for e in variant.image_edits:  # nor does an image edit
         h.update(f"{e.tool}\0{e.match}\0{e.box}\0".encode() + e.data)
     if user_model:  # another user simulator is another episode (the keyword simulator adds nothing)
