@@ -3,12 +3,17 @@
 :func:`render_page` renders an analysis and a gate verdict it is given (it
 decides nothing).  Top of the page, for a release manager: the gate
 verdict, the per-model table with bootstrap intervals, the 4x3
-target-by-type heatmap.  Below, one section per metric of docs/design.md
-section 4 (:mod:`.sections`), then the tasks, each linking to its own page
+target-by-type heatmap (each cell a link to its family's failures).  Then
+the failing episodes by family, each linked to its trajectory
+(:mod:`.failures`), the turn and cost distributions per family (clean
+beside perturbed), one section per metric of docs/design.md section 4
+(:mod:`.sections`; tables of more than ``FOLD_ROWS`` rows folded behind
+their headings), then the tasks, each linking to its own page
 (:mod:`.pages`): the clean trajectory beside the perturbed ones (images
 included), the diff of the edited surface and the canaries highlighted.
-The main page holds no trajectory, so its size does not grow with the
-number of episodes; :func:`write_report` writes it and the task pages.
+The main page holds no trajectory (its failures list is bounded per
+family and model), so its size hardly grows with the number of episodes;
+:func:`write_report` writes it and the task pages.
 Baselines are labelled as such.
 """
 
