@@ -249,8 +249,13 @@ def main() -> int:
 
         with collector_paused(freeze=True):
             raw = read_rows(job["store"], job["run_id"])
+        from ..report.failures import CHECKS, checks_column
+
         names = [c for c in (raw[0] if raw else ()) if c not in HEAVY]
-        sender.put((names, [[r[c] for r in raw] for c in names]))   # first: the caller analyses these
+        values = [[r[c] for r in raw] for c in names]
+        if raw:   # the failing episodes' checks, for the main page's failures list (their trajectories stay here)
+            names, values = [*names, CHECKS], [*values, checks_column(raw)]
+        sender.put((names, values))   # first: the caller analyses these
 
         from ..analysis.labels import FLIP_COLUMNS, LABEL_COLUMNS, auto_labels, flip_flags, manual_updates
         from ..analysis.table import normalise_rows

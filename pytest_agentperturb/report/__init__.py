@@ -3,12 +3,17 @@
 :func:`render_page` renders an analysis and a gate verdict it is given (it
 decides nothing).  Top of the page, for a release manager: the gate
 verdict, the per-model table with bootstrap intervals, the 4x3
-target-by-type heatmap.  Below, one section per metric of docs/design.md
-section 4 (:mod:`.sections`), then the tasks, each linking to its own page
+target-by-type heatmap (each cell a link to its family's failures).  Then
+the failing episodes by family, each linked to its trajectory
+(:mod:`.failures`), the turn and cost distributions per family (clean
+beside perturbed), one section per metric of docs/design.md section 4
+(:mod:`.sections`; tables of more than ``FOLD_ROWS`` rows folded behind
+their headings), then the tasks, each linking to its own page
 (:mod:`.pages`): the clean trajectory beside the perturbed ones (images
 included), the diff of the edited surface and the canaries highlighted.
-The main page holds no trajectory, so its size does not grow with the
-number of episodes; :func:`write_report` writes it and the task pages.
+The main page holds no trajectory (its failures list is bounded per
+family and model), so its size hardly grows with the number of episodes;
+:func:`write_report` writes it and the task pages.
 Baselines are labelled as such.
 """
 
@@ -22,6 +27,7 @@ from urllib.parse import quote
 from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN
 from . import sections as rs
+from .failures import failure_columns, failures_section
 from .episodes import CSS, diff_html, episode_anchor, highlight, image_html, trajectory_html
 from .pages import episode_url, pages_folder, render_pages, summaries, tasks_section, write_pages
 from .svg import esc
@@ -105,7 +111,7 @@ def _model_table(a: Analysis) -> str:
         rows.append(r)
     base = rs.baselines(a)
     rows.sort(key=lambda r: (r["suite"], r["model"] == rs.ALL_MODELS, r["model"] in base, r["model"]))
-    return rs.table(pd.DataFrame(rows), baselines=base, cols=[
+    return rs.table(pd.DataFrame(rows), baselines=base, fold_over=None, cols=[
         ("model", "model", "model"), ("suite", "suite", "s"), ("clean C", "clean", "f3"),
         ("perturbed P", "perturbed", "f3"), ("relative drop D", "relative_drop", "pct"), ("95% CI", "ci", "pct"),
         ("harmful flips", "harmful_rate", "rate"), ("bypass", "bypass_rate", "rate"),
@@ -143,16 +149,19 @@ def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
     out.append("</div>")
     sections = [(sid, title, fn(a)) for sid, title, fn in rs.SECTIONS]
     sections.insert(5, ("predictors", "Predictors", rs.predictors(a, has_capability)))
-    sections = [(sid, title, body) for sid, title, fn in rs.RELEASE_SECTIONS if (body := fn(a))] + sections
+    sections = [(sid, title, body) for sid, title, fn in rs.RELEASE_SECTIONS if (body := fn(a))] + [
+        ("distributions", "Turns and cost per family, clean beside perturbed", rs.distributions(a))] + sections
+    fails = failures_section(records(a.episodes[failure_columns(a.episodes.columns)]), pages_url, rs.baselines(a))
+    sections.insert(0, ("failures", "Failing episodes by family", fails))
     sections += [(f"extra-{i}", title, body) for i, (title, body) in enumerate(extra_sections)]
     out.append("<nav>" + "".join(f"<a href='#{sid}'>{esc(t)}</a>" for sid, t, _ in sections)
                + "<a href='#tasks'>Episodes by task</a></nav>")
     for sid, title, body in sections:
         out.append(f"<h2 id='{sid}'>{esc(title)}</h2>{body}")
     if skipped:
-        out.append(f"<h2 id='skipped'>Skipped variants ({len(skipped)})</h2><ul>")
-        out += [f"<li><code>{esc(n)}</code>: {esc(reason)}</li>" for n, reason in skipped]
-        out.append("</ul>")
+        items = "<ul>" + "".join(f"<li><code>{esc(n)}</code>: {esc(reason)}</li>" for n, reason in skipped) + "</ul>"
+        out.append(f"<h2 id='skipped'>Skipped variants ({len(skipped)})</h2>"
+                   + (rs.fold("every skipped variant", items, len(skipped)) if len(skipped) > rs.FOLD_ROWS else items))
     out.append(tasks_section(summaries(records(a.episodes[["suite", "task", "model", "family", "success", "error"]])),
                              pages_url))
     out.append("</body></html>\n")

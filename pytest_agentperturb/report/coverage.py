@@ -18,6 +18,9 @@ from typing import Any
 
 from .svg import esc
 
+#: A suite's family table is folded (``<details>``) above this many families (as the report's other tables).
+FOLD_ROWS = 12
+
 
 @dataclass
 class SuiteCoverage:
@@ -75,13 +78,17 @@ def coverage_html(cov: Sequence[SuiteCoverage]) -> str:
     out = []
     for c in cov:
         out.append(f"<h3>{esc(c.suite)}: {len(c.tasks)} tasks, {c.episodes} episodes</h3>")
+        fams = sorted(set(c.run) | set(c.skipped))
+        if len(fams) > FOLD_ROWS:
+            out.append(f"<details class=fold><summary><b>families run and skipped</b> <span class=muted>"
+                       f"({len(fams)} rows)</span></summary>")
         out.append("<table><tr><th class=l>family</th><th>tasks run</th><th>tasks skipped</th>"
                    "<th class=l>why skipped (variants)</th></tr>")
-        for fam in sorted(set(c.run) | set(c.skipped)):
+        for fam in fams:
             why = "<br>".join(f"{esc(reason[:400])} ({n})" for reason, n in c.reasons[fam].most_common(3))
             out.append(f"<tr><td class=l>{esc(fam)}</td><td>{len(c.run.get(fam, ()))}</td>"
                        f"<td>{len(c.skipped.get(fam, ()))}</td><td class=l>{why}</td></tr>")
-        out.append("</table>")
+        out.append("</table>" + ("</details>" if len(fams) > FOLD_ROWS else ""))
         if c.notes:
             out.append("<ul>")
             out += [f"<li>{esc(note)}: <code>{esc(', '.join(sorted(tasks)))}</code></li>"

@@ -41,6 +41,12 @@ img.obsimg{max-width:100%;border:1px solid #ccc;margin:.2em 0}
 .pair>.clean{position:sticky;top:0;max-height:100vh;overflow:auto;background:#fbfbfb;border:1px solid #e4e4e4;
 padding:0 .6em}.ep{border-top:2px solid #ddd;padding:.3em 0 .8em}table.fams td{text-align:center}
 table.fams a{text-decoration:none}table.fams td.l{text-align:left}
+table{display:block;overflow-x:auto;max-width:100%}svg{max-width:100%;height:auto}.top>div{min-width:0;max-width:100%}
+body{overflow-wrap:break-word}code{overflow-wrap:anywhere}details.fold{margin:.4em 0}
+details.fold>summary{cursor:pointer;padding:.15em 0}details.fold[open]>summary{margin-bottom:.3em}
+table.failures th.l{background:#eef2f7}table.failures td.l{max-width:34em}
+@media (max-width:900px){body{margin:.6em .9em}}
+@media (max-width:640px){.pair{grid-template-columns:minmax(0,1fr)}.pair>.clean{position:static;max-height:none}}
 """
 
 

@@ -44,6 +44,8 @@ GENERATOR = "<meta name='generator' content='pytest-agentperturb drill-down'>"
 INDEX = "index.html"
 #: At most this many tasks are listed on the main page (all of them on the index page).
 MAIN_PAGE_TASKS = 1000
+#: The main page's task table is folded (``<details>``) above this many tasks (as the report's other tables).
+FOLD_ROWS = 12
 
 _SAFE = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?")
 _RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
@@ -151,7 +153,9 @@ def tasks_section(tasks: Sequence[TaskSummary], folder_url: str) -> str:
             "has its own page with every episode: the clean trajectory beside the perturbed ones, the diff of the "
             f"edited surface and its canaries (highlighted where they occur), images included.{more} "
             f"<a href='{esc(base + INDEX)}'>index of all tasks</a>.</p>"
-            + task_rows(tasks, base, MAIN_PAGE_TASKS))
+            + (f"<details class=fold><summary><b>every task</b> <span class=muted>({min(len(tasks), MAIN_PAGE_TASKS)}"
+               f" rows)</span></summary>{task_rows(tasks, base, MAIN_PAGE_TASKS)}</details>"
+               if len(tasks) > FOLD_ROWS else task_rows(tasks, base, MAIN_PAGE_TASKS)))
 
 
 def _page(title: str, body: str) -> str:

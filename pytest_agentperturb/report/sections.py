@@ -11,8 +11,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..model.task import TARGETS, TYPES
-from .svg import correlation_matrix, dot_intervals, esc, heatmap, trend_chart
+from ..model.task import CLEAN, TARGETS, TYPES
+from .failures import failure_anchor
+from .svg import box_pairs, correlation_matrix, dot_intervals, esc, heatmap, trend_chart
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from ..analysis import Analysis
 
 ALL_MODELS = "all models"
+#: Tables of more than this many rows are folded behind their heading (``<details>``).
+FOLD_ROWS = 12
 
 
 def baselines(a: Analysis) -> frozenset[str]:
@@ -65,11 +68,23 @@ def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
 Col = tuple[str, str, str]   # header, column (or "ci"), kind
 
 
+def fold(title: str, body: str, n_rows: int, *, heading: bool = True) -> str:
+    """``body`` folded behind a summary naming it (``title``, escaped here) and its row count."""
+    return (f"<details class=fold><summary>{'<b>' + esc(title) + '</b>' if heading else esc(title)} "
+            f"<span class=muted>({n_rows} rows)</span></summary>{body}</details>")
+
+
 def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | None = None,
-          baselines: frozenset[str] = frozenset()) -> str:
-    """An escaped HTML table of ``df``; ``("95% CI", "ci", "pct")`` renders ``[ci_low, ci_high]``."""
+          baselines: frozenset[str] = frozenset(), title: str | None = None,
+          fold_over: int | None = FOLD_ROWS) -> str:
+    """An escaped HTML table of ``df``; ``("95% CI", "ci", "pct")`` renders ``[ci_low, ci_high]``.
+
+    ``title`` (if given) heads it; a table of more than ``fold_over`` rows
+    (None: never) is folded behind that heading (:func:`fold`).
+    """
+    head_html = f"<h3>{esc(title)}</h3>" if title else ""
     if not len(df):
-        return "<p class=muted>no data</p>"
+        return head_html + "<p class=muted>no data</p>"
     head = "".join(f"<th{' class=l' if k in ('s', 'model') else ''}>{esc(h)}</th>" for h, _, k in cols)
     body = []
     rows = df if limit is None else df.head(limit)
@@ -84,7 +99,10 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
         body.append("<tr>" + "".join(tds) + "</tr>")
     more = f"<p class=muted>{len(df) - limit} more rows in the JSON summary.</p>" \
         if limit is not None and len(df) > limit else ""
-    return f"<table class='{cls}'><tr>{head}</tr>{''.join(body)}</table>{more}"
+    html = f"<table class='{cls}'><tr>{head}</tr>{''.join(body)}</table>{more}"
+    if fold_over is not None and len(df) > fold_over:
+        return fold(title or "the table", html, len(df))
+    return head_html + html
 
 
 def heatmap_for(a: Analysis, model: str, suite: str, *, title: str = "") -> str:
@@ -94,7 +112,20 @@ def heatmap_for(a: Analysis, model: str, suite: str, *, title: str = "") -> str:
     vals = [[float(by.get(f"{t}-{k}", {}).get("relative_drop", float("nan"))) for k in TYPES] for t in TARGETS]
     ints = [[(float(by.get(f"{t}-{k}", {}).get("ci_low", float("nan"))),
               float(by.get(f"{t}-{k}", {}).get("ci_high", float("nan")))) for k in TYPES] for t in TARGETS]
-    return heatmap(vals, TARGETS, TYPES, title=title, intervals=ints)
+    ran = _ran(a, suite)
+    links = [[(f"#{failure_anchor(suite, fam)}" if model == ALL_MODELS else f"#{failure_anchor(suite, fam, model)}")
+              if (fam := f"{t}-{k}") in ran.get(model, ()) else None for k in TYPES] for t in TARGETS]
+    return heatmap(vals, TARGETS, TYPES, title=title, intervals=ints, links=links)
+
+
+def _ran(a: Analysis, suite: str) -> dict[str, set[str]]:
+    """Families run in ``suite``, per model and for :data:`ALL_MODELS` (the failures list has a group for each)."""
+    ep = a.episodes[a.episodes["suite"].astype(str) == str(suite)]
+    out: dict[str, set[str]] = {ALL_MODELS: set()}
+    for f, m in zip(ep["family"].astype(str), ep["model"].astype(str)):
+        out.setdefault(m, set()).add(f)
+        out[ALL_MODELS].add(f)
+    return out
 
 
 def degradation(a: Analysis) -> str:
@@ -112,8 +143,8 @@ def degradation(a: Analysis) -> str:
             out.append("<div class=grid>" + "".join(
                 f"<div>{heatmap_for(a, m, suite, title=m + (' (baseline)' if m in baselines(a) else ''))}</div>"
                 for m in models) + "</div>")
-        out.append("<details><summary>every level, every model</summary>" + table(
-            a.drops[a.drops["suite"] == suite], baselines=baselines(a), cols=[("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
+        out.append("<details class=fold><summary><b>every level, every model</b></summary>" + table(
+            a.drops[a.drops["suite"] == suite], baselines=baselines(a), fold_over=None, cols=[("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
              ("clean C", "clean", "f3"), ("perturbed P", "perturbed", "f3"), ("D", "relative_drop", "pct"),
              ("95% CI", "ci", "pct"), ("episodes", "n_perturbed", "i"), ("pairs", "n_pairs", "i"),
              ("dropped", "n_dropped", "i"), ("why", "dropped_why", "s"),
@@ -124,7 +155,7 @@ def degradation(a: Analysis) -> str:
 
 def marginal(a: Analysis) -> str:
     return ("<p>Mean paired drop s<sub>clean</sub> − s<sub>perturbed</sub> over the families sharing a target "
-            "(type); relative = that / mean clean reward of the same pairs.</p>" + table(a.marginal, baselines=baselines(a), cols=[("model", "model", "model"), ("suite", "suite", "s"), ("factor", "factor", "s"),
+            "(type); relative = that / mean clean reward of the same pairs.</p>" + table(a.marginal, baselines=baselines(a), title="Per model, factor and level", cols=[("model", "model", "model"), ("suite", "suite", "s"), ("factor", "factor", "s"),
                              ("level", "level", "s"), ("mean paired drop", "mean_paired_drop", "f3"),
                              ("relative", "relative", "pct"), ("pairs", "n_pairs", "i")]))
 
@@ -132,7 +163,7 @@ def marginal(a: Analysis) -> str:
 def paired(a: Analysis) -> str:
     return ("<p>Per family: exact McNemar test on pass/fail pairs (binary rewards) or Wilcoxon signed-rank test "
             "on reward differences (continuous rewards). harmful = pass→fail, beneficial = fail→pass.</p>"
-            + table(a.paired_tests, baselines=baselines(a), cols=[("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
+            + table(a.paired_tests, baselines=baselines(a), title="Per model and family", cols=[("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
                                      ("test", "test", "s"), ("p", "p_value", "p"), ("pairs", "n_pairs", "i"),
                                      ("harmful", "harmful", "i"), ("beneficial", "beneficial", "i"),
                                      ("mean paired drop", "mean_paired_drop", "f3")]))
@@ -143,9 +174,8 @@ def malleability(a: Analysis) -> str:
                        ("harmful (of clean passes)", "harmful_rate", "rate"),
                        ("beneficial (of clean fails)", "beneficial_rate", "rate"),
                        ("mean |Δreward|", "mean_abs_delta", "f3")]
-    return (table(a.malleability, baselines=baselines(a), cols=[("model", "model", "model"), ("suite", "suite", "s"), *cols])
-            + "<h3>By family (all models)</h3>"
-            + table(a.malleability_family, [("suite", "suite", "s"), ("family", "family", "s"), *cols]))
+    return (table(a.malleability, baselines=baselines(a), title="Per model", cols=[("model", "model", "model"), ("suite", "suite", "s"), *cols])
+            + table(a.malleability_family, title="By family (all models)", cols=[("suite", "suite", "s"), ("family", "family", "s"), *cols]))
 
 
 def compliance(a: Analysis) -> str:
@@ -153,10 +183,9 @@ def compliance(a: Analysis) -> str:
                        ("bypass", "bypass_rate", "rate")]
     return ("<p>Compliance: the agent took the perturbation up (a canary in its actions, or it went on without "
             "the omitted fact). Bypass = 1 − compliance.</p>"
-            + table(a.compliance, baselines=baselines(a), cols=[("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
+            + table(a.compliance, baselines=baselines(a), title="Per model and family", cols=[("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
                                    *cols])
-            + "<h3>Per operator / inserted object (all models)</h3>"
-            + table(a.compliance_operator, [("suite", "suite", "s"), ("family", "family", "s"),
+            + table(a.compliance_operator, title="Per operator / inserted object (all models)", cols=[("suite", "suite", "s"), ("family", "family", "s"),
                                             ("operator", "operator", "s"), *cols]))
 
 
@@ -190,15 +219,15 @@ def sensitivity(a: Analysis) -> str:
         out.append(correlation_matrix(s.families, s.rho, title=f"{s.suite}: cross-family ρ", linkage=s.linkage))
         out.append(table(pd.DataFrame(s.groups), [("group", "group", "s"), ("pairs", "n_pairs", "i"),
                                                   ("mean ρ", "mean_rho", "f3"), ("95% CI", "ci", "f3")]))
-        out.append("<details><summary>every family pair</summary>" + table(
-            pd.DataFrame(s.pair_rows()), [("f", "family_f", "s"), ("g", "family_g", "s"),
+        out.append("<details class=fold><summary><b>every family pair</b></summary>" + table(
+            pd.DataFrame(s.pair_rows()), fold_over=None, cols=[("f", "family_f", "s"), ("g", "family_g", "s"),
                                           ("relation", "relation", "s"), ("ρ", "rho", "f3"),
                                           ("95% CI", "ci", "f3")]) + "</details>")
     return "".join(out)
 
 
 def cost(a: Analysis) -> str:
-    rc = table(a.recovery_cost, baselines=baselines(a), cols=[
+    rc = table(a.recovery_cost, baselines=baselines(a), title="Recovery cost", cols=[
         ("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
         ("tokens/success clean", "tokens_per_success_clean", "f0"),
         ("tokens/success perturbed", "tokens_per_success_pert", "f0"),
@@ -207,18 +236,98 @@ def cost(a: Analysis) -> str:
         ("successes/Mtok clean", "successes_per_mtok_clean", "f0"),
         ("successes/Mtok perturbed", "successes_per_mtok_pert", "f0"), ("change", "spm_change_pct", "pct"),
         ("pairs", "n_pairs", "i"), ("unknown usage", "n_unknown", "i")])
-    rr = table(a.rollout_ratios, baselines=baselines(a), cols=[
+    rr = table(a.rollout_ratios, baselines=baselines(a), title="Rollout ratios (perturbed / clean, per pair)", cols=[
         ("model", "model", "model"), ("suite", "suite", "s"), ("by", "level_kind", "s"), ("level", "level", "s"),
         ("metric", "metric", "s"), ("pairs", "n_pairs", "i"), ("no ratio", "n_unknown", "i"),
         ("median ratio", "median", "f3"), ("Q1", "q1", "f3"), ("Q3", "q3", "f3"), ("mean", "mean", "f3"),
         ("SD", "sd", "f3"), ("signed-rank p", "p_value", "p")])
-    em = table(a.edit_magnitude, [
+    em = table(a.edit_magnitude, title="Edit magnitude (tool-contract operators)", cols=[
         ("suite", "suite", "s"), ("operator", "operator", "s"), ("family", "family", "s"), ("pairs", "n_pairs", "i"),
         ("drop (points)", "drop_pp", "f3"), ("successful pairs", "n_success_pairs", "i"),
         ("Δ tokens", "delta_tokens", "f0"), ("Δ tool calls", "delta_tool_calls", "f3")])
-    return (f"<h3>Recovery cost</h3>{rc}<h3>Rollout ratios (perturbed / clean, per pair)</h3>"
-            "<p>Median and IQR summarise; mean and SD are tail diagnostics.</p>"
-            f"{rr}<h3>Edit magnitude (tool-contract operators)</h3>{em}")
+    return (f"{rc}<p>Rollout ratios: median and IQR summarise; mean and SD are tail diagnostics.</p>"
+            f"{rr}{em}")
+
+
+def _tokens(r: dict[str, Any]) -> float:
+    """Input + output tokens (output includes reasoning, as :func:`~..analysis.table.tokens`); NaN if unknown."""
+    i, o = r.get("input_tokens"), r.get("output_tokens")
+    return math.nan if i is None or o is None else float(i) + float(o)
+
+
+#: (title, unit, value of an episode row) of each distribution drawn
+_METRICS: tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...] = (
+    ("turns", " turns", lambda r: float(r.get("turns", math.nan))),
+    ("cost in tokens (input + output)", " tokens", _tokens),
+    ("cost in USD", " USD", lambda r: math.nan if r.get("cost_usd") is None else float(r["cost_usd"])),
+)
+
+
+def _family_rows(rows: Sequence[dict[str, Any]], metric: Callable[[dict[str, Any]], float]
+                 ) -> list[tuple[str, list[float], list[float]]]:
+    """Per perturbed family: (label, the clean values of its tasks, its values), errors left out."""
+    from .pages import _fam_order
+
+    def key(r: dict[str, Any]) -> tuple[str, ...]:
+        return (str(r.get("run_id", "")), str(r["model"]), str(r["task"]), str(r.get("repeat", 0)))
+
+    clean: dict[tuple[str, ...], float] = {}
+    fams: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("error"):
+            continue
+        if r["family"] == CLEAN:
+            clean.setdefault(key(r), metric(r))
+        else:
+            fams.setdefault(str(r["family"]), []).append(r)
+    out = []
+    for f in sorted(fams, key=_fam_order):
+        keys = {key(r) for r in fams[f]}
+        c = [clean[k] for k in sorted(keys) if k in clean and clean[k] == clean[k]]
+        p = [v for r in fams[f] if (v := metric(r)) == v]
+        if c or p:
+            out.append((f"{f} ({len(p)})", c, p))
+    return out
+
+
+def distributions(a: Analysis) -> str:
+    """Turns and cost per family, the clean episodes of the same tasks beside the perturbed ones (box plots)."""
+    cols = [c for c in ("run_id", "model", "suite", "task", "family", "repeat", "error", "turns", "input_tokens",
+                        "output_tokens", "reasoning_tokens", "cost_usd") if c in a.episodes.columns]
+    from . import records
+
+    rows = records(a.episodes[cols])
+    out = ["<p>Per family, the distribution over its episodes (errors left out; the count in brackets) "
+           "beside the clean episodes of the same model, run, task and repeat: box Q1–Q3, thick line the median, "
+           "whiskers min to max; the medians are printed clean → perturbed. Usage a provider did not report is "
+           "left out.</p>"]
+    base = baselines(a)
+    for suite in sorted({str(r["suite"]) for r in rows}):
+        mine = [r for r in rows if str(r["suite"]) == suite]
+        models = sorted({str(r["model"]) for r in mine}, key=lambda m: (m in base, m))
+        real = [m for m in models if m not in base]   # pooled as the analysis pools: baselines left out if any
+        pool = [r for r in mine if str(r["model"]) in real] if real and len(real) < len(models) else mine
+        which = "all models" if pool is mine else "all models, baselines left out"
+        charts = []
+        for title, unit, metric in _METRICS:
+            fr = _family_rows(pool, metric)
+            if fr:
+                charts.append(box_pairs(fr, title=f"{suite}: {title}, {which}", unit=unit))
+        out.append("<div class=grid>" + "".join(f"<div>{c}</div>" for c in charts) + "</div>"
+                   if charts else f"<p class=muted>{esc(suite)}: no scored episode to draw.</p>")
+        if len(models) > 1:
+            per = []
+            for m in models:
+                for title, unit, metric in _METRICS:
+                    fr = _family_rows([r for r in mine if str(r["model"]) == m], metric)
+                    if fr:
+                        per.append(box_pairs(fr, title=f"{m}{' (baseline)' if m in base else ''}: {title}",
+                                             unit=unit))
+            if per:
+                out.append(f"<details class=fold><summary><b>{esc(suite)}: per model</b> "
+                           f"<span class=muted>({len(models)} models)</span></summary><div class=grid>"
+                           + "".join(f"<div>{c}</div>" for c in per) + "</div></details>")
+    return "".join(out)
 
 
 def labels(a: Analysis) -> str:
@@ -229,7 +338,7 @@ def labels(a: Analysis) -> str:
             "E4 task abandoned · E5 code defect · E6 judgment reversed. Labels from the epistemic-marker "
             "lexicon are <b>heuristic</b> (counted in the last column); E3 from canaries and E4 from a stop "
             "without asking are mechanical; imported labels are manual.</p>"
-            + table(d, [("suite", "suite", "s"), ("label", "label", "s"), ("scope", "scope", "s"),
+            + table(d, title="Labelled pairs", cols=[("suite", "suite", "s"), ("label", "label", "s"), ("scope", "scope", "s"),
                         ("code", "code", "s"), ("n", "n", "i"), ("of", "of", "i"), ("heuristic", "heuristic", "i")]))
 
 
@@ -268,7 +377,7 @@ def repeats(a: Analysis) -> str:
             "tasks. A family whose excess flip rate (flip rate − noise floor) has a 95 % interval reaching 0 is "
             "<b>not distinguishable from noise</b>. D's interval is a cluster bootstrap over tasks with the repeats "
             f"resampled within each task ({a.replicates} replicates).</p>"
-            + table(t, baselines=baselines(a), cols=[
+            + table(t, baselines=baselines(a), title="Per model and family", cols=[
                 ("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"), ("k", "k", "i"),
                 ("tasks", "n_tasks", "i"), ("pass@1", "pass_at_1", "rate"), ("pass^k", "pass_hat_k", "rate"),
                 ("pass@k", "pass_at_k", "rate"), ("pass^1..pass^k", "pass_hat_curve", "curve"),
@@ -295,7 +404,7 @@ def versus_baseline(a: Analysis) -> str:
                  for r in keep.to_dict("records")]
         out.append(dot_intervals(items, title=f"{model} on {suite}: change in D vs {g['baseline_model'].iloc[0]}",
                                  unit=" pts"))
-    out.append(table(d, baselines=baselines(a), cols=[
+    out.append(table(d, baselines=baselines(a), title="Change per level", cols=[
         ("model", "model", "model"), ("baseline model", "baseline_model", "s"), ("suite", "suite", "s"),
         ("level", "level_kind", "s"), ("", "level", "s"), ("D this run", "d_current", "pct"),
         ("D baseline", "d_baseline", "pct"), ("change (points)", "delta", "f3"), ("95% CI", "ci", "f3"),
@@ -303,7 +412,7 @@ def versus_baseline(a: Analysis) -> str:
         ("pairs (baseline)", "n_pairs_baseline", "i"),
         ("smallest detectable change (points)", "min_detectable", "f0")]))
     if len(v.mismatches):
-        out.append(f"<details><summary>left out of the comparison: {len(v.mismatches)} (task, family) pair(s)"
+        out.append(f"<details class=fold><summary>left out of the comparison: {len(v.mismatches)} (task, family) pair(s)"
                    "</summary>" + table(v.mismatches, [
                        ("model", "model", "s"), ("baseline model", "baseline_model", "s"), ("suite", "suite", "s"),
                        ("task", "task", "s"), ("family", "family", "s"), ("why", "reason", "s")]) + "</details>")
@@ -329,7 +438,7 @@ def trend(a: Analysis) -> str:
                   .to_dict("records")}
             series.append((model, [by.get(run, (math.nan, math.nan, math.nan)) for run in runs]))
         out.append(trend_chart(series, runs, title=f"{suite}: relative drop D per run"))
-    out.append(table(t, baselines=baselines(a), cols=[
+    out.append(table(t, baselines=baselines(a), title="Per run", cols=[
         ("run", "run_id", "s"), ("model", "model", "model"), ("suite", "suite", "s"), ("clean C", "clean", "f3"),
         ("perturbed P", "perturbed", "f3"), ("D", "relative_drop", "pct"), ("95% CI", "ci", "pct"),
         ("pairs", "n_pairs", "i")]))

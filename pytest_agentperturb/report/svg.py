@@ -33,8 +33,13 @@ def diverging(v: float, vmax: float = 100.0) -> str:
 
 def heatmap(values: Sequence[Sequence[float]], rows: Sequence[str], cols: Sequence[str], *,
             title: str = "", unit: str = "%", vmax: float = 100.0,
-            intervals: Sequence[Sequence[tuple[float, float]]] | None = None) -> str:
-    """A labelled grid of coloured cells with the value (and interval) printed in each."""
+            intervals: Sequence[Sequence[tuple[float, float]]] | None = None,
+            links: Sequence[Sequence[str | None]] | None = None) -> str:
+    """A labelled grid of coloured cells with the value (and interval) printed in each.
+
+    ``links`` (if given) holds a URL per cell (or None): the cell becomes a
+    link to it (e.g. ``#fail-...``, the cell's episodes in the failures list).
+    """
     cw, ch, left, top = 120, 46 if intervals else 34, 92, 44 if title else 24
     w, h = left + cw * len(cols) + 8, top + ch * len(rows) + 8
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' viewBox='0 0 {w} {h}' "
@@ -49,6 +54,9 @@ def heatmap(values: Sequence[Sequence[float]], rows: Sequence[str], cols: Sequen
         for j in range(len(cols)):
             v = values[i][j]
             x = left + cw * j
+            link = links[i][j] if links is not None else None
+            if link:
+                out.append(f"<a href='{esc(link)}'><title>{esc(r)} x {esc(cols[j])}: its episodes</title>")
             out.append(f"<rect x='{x}' y='{y}' width='{cw - 2}' height='{ch - 2}' fill='{diverging(v, vmax)}'/>")
             label = f"{v:.1f}{unit}" if _finite(v) else "n/a"
             dark = _finite(v) and abs(v) > 0.6 * vmax
@@ -60,6 +68,8 @@ def heatmap(values: Sequence[Sequence[float]], rows: Sequence[str], cols: Sequen
                 if _finite(lo) and _finite(hi):
                     out.append(f"<text x='{x + cw / 2 - 1:.0f}' y='{y + 35}' text-anchor='middle' "
                                f"fill='{colour}' font-size='10'>[{lo:.0f}, {hi:.0f}]</text>")
+            if link:
+                out.append("</a>")
     out.append("</svg>")
     return "".join(out)
 
@@ -213,3 +223,96 @@ def trend_chart(series: Sequence[tuple[str, Sequence[tuple[float, float, float]]
                    f"<text x='{left + 16}' y='{y}'>{esc(label)}</text>")
     out.append("</svg>")
     return "".join(out)
+
+
+def five_numbers(values: Sequence[float]) -> tuple[float, float, float, float, float] | None:
+    """(min, Q1, median, Q3, max) of the finite values (linear interpolation), None when there are none."""
+    v = sorted(float(x) for x in values if _finite(x))
+    if not v:
+        return None
+
+    def q(p: float) -> float:
+        k = (len(v) - 1) * p
+        lo = math.floor(k)
+        hi = min(lo + 1, len(v) - 1)
+        return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+    return v[0], q(0.25), q(0.5), q(0.75), v[-1]
+
+
+CLEAN_COLOUR, PERTURBED_COLOUR = "#1f5fa8", "#b22222"
+
+
+def box_pairs(rows: Sequence[tuple[str, Sequence[float], Sequence[float]]], *, title: str = "",
+              unit: str = "") -> str:
+    """Paired horizontal box plots: per row (label, clean values, perturbed values), clean above perturbed.
+
+    Each box spans Q1-Q3 with the median marked and whiskers to min and
+    max; the medians are printed on the right.  One shared linear axis from 0.
+    """
+    stats = [(label, five_numbers(c), five_numbers(p), len(c), len(p)) for label, c, p in rows]
+    if not stats:
+        return ""
+    vmax = max([1.0, *(s[4] for _, c, p, _, _ in stats for s in (c, p) if s is not None)])
+    left, width, rh, top = 190, 380, 30, 46 if title else 26
+    w, h = left + width + 130, top + rh * len(stats) + 28
+
+    def sx(v: float) -> float:
+        return left + v / vmax * width
+
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' viewBox='0 0 {w} {h}' role='img' "
+           f"aria-label='{esc(title or 'distributions')}' font-family='sans-serif' font-size='11'>"]
+    if title:
+        out.append(f"<text x='4' y='16' font-weight='bold' font-size='12'>{esc(title)}</text>")
+    ly = top - 10
+    out.append(f"<rect x='{left}' y='{ly - 8}' width='10' height='8' fill='{CLEAN_COLOUR}'/>"
+               f"<text x='{left + 14}' y='{ly}'>clean (the same tasks)</text>"
+               f"<rect x='{left + 170}' y='{ly - 8}' width='10' height='8' fill='{PERTURBED_COLOUR}'/>"
+               f"<text x='{left + 184}' y='{ly}'>perturbed</text>"
+               f"<text x='{left + width + 8}' y='{ly}' fill='#666'>median</text>")
+    import numpy as np   # here: the task pages (esc only) load without numpy
+
+    for v in np.linspace(0.0, vmax, 5):
+        x = sx(float(v))
+        out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{top}' y2='{top + rh * len(stats)}' stroke='#eee'/>"
+                   f"<text x='{x:.1f}' y='{top + rh * len(stats) + 14}' text-anchor='middle' fill='#666'>"
+                   f"{esc(_short(float(v)))}</text>")
+    for i, (label, c, p, nc, npert) in enumerate(stats):
+        y0 = top + rh * i
+        out.append(f"<text x='{left - 8}' y='{y0 + rh / 2 + 4:.0f}' text-anchor='end'>{esc(label)}</text>")
+        meds = []
+        for k, (s, n, colour, name) in enumerate(((c, nc, CLEAN_COLOUR, "clean"),
+                                                   (p, npert, PERTURBED_COLOUR, "perturbed"))):
+            y = y0 + 4 + 12 * k
+            if s is None:
+                meds.append("–")
+                continue
+            mn, q1, md, q3, mx = s
+            tip = (f"{label} · {name}: n={n}, min {_short(mn)}, Q1 {_short(q1)}, median {_short(md)}, "
+                   f"Q3 {_short(q3)}, max {_short(mx)}{unit}")
+            out.append(f"<g><title>{esc(tip)}</title>"
+                       f"<line x1='{sx(mn):.1f}' x2='{sx(mx):.1f}' y1='{y + 5}' y2='{y + 5}' stroke='{colour}'/>"
+                       f"<rect x='{sx(q1):.1f}' y='{y}' width='{max(1.0, sx(q3) - sx(q1)):.1f}' height='10' "
+                       f"fill='{colour}' fill-opacity='0.35' stroke='{colour}'/>"
+                       f"<line x1='{sx(md):.1f}' x2='{sx(md):.1f}' y1='{y - 1}' y2='{y + 11}' stroke='{colour}' "
+                       "stroke-width='2.5'/></g>")
+            meds.append(_short(md))
+        out.append(f"<text x='{left + width + 8}' y='{y0 + rh / 2 + 4:.0f}'>"
+                   f"<tspan fill='{CLEAN_COLOUR}'>{esc(meds[0])}</tspan> → "
+                   f"<tspan fill='{PERTURBED_COLOUR}'>{esc(meds[1])}</tspan></text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _short(v: float) -> str:
+    """A number in few characters: 12, 3.5, 12.3k, 1.2M."""
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.1f}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.0f}k"
+    if a >= 1e3:
+        return f"{v / 1e3:.1f}k"
+    if a >= 10 or v == int(v):
+        return f"{v:.0f}"
+    return f"{v:.2f}" if a < 1 else f"{v:.1f}"
