@@ -121,13 +121,17 @@ class IntervalBreach(Breach):
     rule: str = "point"
     rule_flag: str = "--agentperturb-gate-on"
 
+    def interval(self) -> str:
+        """The interval as the line writes it (``no interval`` where it has no finite bounds)."""
+        return (f"95 % interval [{_value(self.low, self.what)}, {_value(self.high, self.what)}]"
+                if math.isfinite(self.low) and math.isfinite(self.high) else "no interval")
+
     def line(self) -> str:
         if math.isnan(self.measured):
             m = "undefined (clean score 0, or no comparable pairs)"
         else:
             m = _value(self.measured, self.what)
-        ci = (f"95 % interval [{_value(self.low, self.what)}, {_value(self.high, self.what)}]"
-              if math.isfinite(self.low) and math.isfinite(self.high) else "no interval")
+        ci = self.interval()
         return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} {m} ({ci}) > limit "
                 f"{_value(self.limit, self.what, limit=True)} under {self.rule_flag} {self.rule}: "
                 f"{RULES.get(self.rule, self.rule)}")
@@ -144,8 +148,7 @@ class SignificanceBreach(IntervalBreach):
     detail: str = ""
 
     def line(self) -> str:
-        ci = (f"95 % interval [{_value(self.low, self.what)}, {_value(self.high, self.what)}]"
-              if math.isfinite(self.low) and math.isfinite(self.high) else "no interval")
+        ci = self.interval()
         extra = f"; {self.detail}" if self.detail else ""
         return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} "
                 f"{_value(self.measured, self.what)} ({ci}) > limit {_value(self.limit, self.what, limit=True)} "

@@ -50,13 +50,19 @@ def test_the_engine_uses_the_authored_edit_and_derives_canaries_and_recovery(off
     assert ENGINE.make_variant(task, "procedure-redundant", 4) == ENGINE.make_variant(task, "procedure-redundant", 4)
 
 
-def test_a_family_declared_not_applicable_is_skipped_with_its_reason(offsite: Path) -> None:
-    edits = offsite / "edits.toml"
+def _swap_entry(task: Path, family: str, entry: str) -> Path:
+    """Replace the task's edit of ``family`` in its edits.toml by ``entry`` (TOML text); returns the file."""
+    edits = task / "edits.toml"
     text = edits.read_text()
-    start = text.index('[[edit]]\nfamily = "procedure-missing"')
+    start = text.index(f'[[edit]]\nfamily = "{family}"')
     end = text.index("[[edit]]", start + 5)
-    edits.write_text(text[:start] + text[end:] + '\n[[not_applicable]]\nfamily = "procedure-missing"\n'
-                     'reason = "the policy states no value this task needs"\n')
+    edits.write_text(text[:start] + text[end:] + "\n" + entry)
+    return edits
+
+
+def test_a_family_declared_not_applicable_is_skipped_with_its_reason(offsite: Path) -> None:
+    _swap_entry(offsite, "procedure-missing", '[[not_applicable]]\nfamily = "procedure-missing"\n'
+                'reason = "the policy states no value this task needs"\n')
     task = load_task(offsite, "s")
     with pytest.raises(VariantSkipped, match=r"procedure-missing\]: not applicable: the policy states no value"):
         ENGINE.make_variant(task, "procedure-missing", 0)
@@ -127,15 +133,11 @@ def test_the_digest_covers_the_edits_but_not_where_they_were_read(offsite: Path,
 
 
 def test_an_edit_may_give_passages_of_a_long_surface_instead_of_the_whole_text(offsite: Path) -> None:
-    edits = offsite / "edits.toml"
-    text = edits.read_text()
-    start = text.index('[[edit]]\nfamily = "procedure-incorrect"')
-    end = text.index("[[edit]]", start + 5)
-    edits.write_text(text[:start] + text[end:] + '\n[[edit]]\nfamily = "procedure-incorrect"\n'
-                     'note = "the policy names another room"\n'
-                     'replace = [{ old = \'Book room "Fjord" for offsites; it is the only room that seats twelve.\', '
-                     'new = \'Book room "Delta" for offsites; it is the only room that seats twelve.\' }]\n'
-                     'wrong = { room = "Delta" }\n')
+    edits = _swap_entry(offsite, "procedure-incorrect", '[[edit]]\nfamily = "procedure-incorrect"\n'
+                        'note = "the policy names another room"\n'
+                        'replace = [{ old = \'Book room "Fjord" for offsites; it is the only room that seats '
+                        'twelve.\', new = \'Book room "Delta" for offsites; it is the only room that seats '
+                        'twelve.\' }]\nwrong = { room = "Delta" }\n')
     task = load_task(offsite, "s")
     v = ENGINE.make_variant(task, "procedure-incorrect", 0)
     assert v.operator == "authored" and 'Book room "Delta"' in v.surfaces.procedure
