@@ -27,6 +27,7 @@ from urllib.parse import quote
 from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN
 from . import sections as rs
+from .sections import records
 from .failures import failure_columns, failures_section
 from .episodes import CSS, diff_html, episode_anchor, highlight, image_html, trajectory_html
 from .pages import episode_url, pages_folder, render_pages, summaries, tasks_section, write_pages
@@ -75,12 +76,6 @@ def analyse(table: pd.DataFrame, rows: Iterable[Mapping[str, Any]] = (), *,
     if task_properties is None and rows:
         task_properties = task_properties_of(rows)
     return analyze(table, task_properties=task_properties, **kw) if len(table) else None
-
-
-def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """``df.to_dict("records")``: one dict per row, plain Python values, built column by column (faster)."""
-    cols = [str(c) for c in df.columns]
-    return [dict(zip(cols, vals)) for vals in zip(*(df[c].tolist() for c in df.columns))]
 
 
 def _gate_box(v: Verdict) -> str:
