@@ -53,7 +53,7 @@ from typing import Any
 from ..model.context import NEUTRAL_REPLY, EpisodeContext
 from ..model.images import observation_texts
 from ..model.protocols import Observation
-from ..model.records import tool_gaps
+from ..model.records import names_word, tool_gaps
 from ..model.task import FACT_KINDS, Fact, Step, fill, sentences
 
 UNKNOWN = "TBD"
@@ -106,10 +106,8 @@ def _ordered_facts(steps: tuple[Step, ...], answer: str) -> list[str]:
 def tool_question(ctx: EpisodeContext, tool: str) -> str:
     """How a reference agent asks the user for a tool it needs and is not shown: by what the tool does
     (the first line of its description in the task's own contract, else the words of its name)."""
-    desc = ""
-    for t in ctx.task.surfaces.tools:
-        if t["function"]["name"] == tool:
-            desc = str(t["function"].get("description") or "").split("\n")[0].strip().rstrip(".")
+    schema = ctx.task.surfaces.tool_schema(tool) or {}
+    desc = str(schema.get("description") or "").split("\n")[0].strip().rstrip(".")
     what = desc[:1].lower() + desc[1:] if desc else tool.replace("_", " ")
     return f"None of the tools I have can do this: {what}. Which tool should I use for it?"
 
@@ -117,11 +115,6 @@ def tool_question(ctx: EpisodeContext, tool: str) -> str:
 def argument_question(tool: str, arg: str) -> str:
     """How a reference agent asks whether a tool takes an argument its schema does not show."""
     return f"The schema of {tool} I was given has no {arg}: does {tool} take {arg}?"
-
-
-def names_word(word: str, text: str) -> bool:
-    """Whether ``text`` states ``word`` as a whole word (a tool or argument name in a reply)."""
-    return re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", text) is not None
 
 
 def choose_tool(ctx: EpisodeContext, planned: str, follow_redirects: bool) -> str | None:
@@ -208,7 +201,7 @@ class OracleAgent:
                 q = argument_question(gap.tool, gap.arg) if gap.arg else tool_question(ctx, gap.tool)
                 ctx.model_turn(q)
                 reply = await ctx.ask_user_async(q)
-                usable[gap.id] = names_word(gap.tool, reply) and (not gap.arg or names_word(gap.arg, reply))
+                usable[gap.id] = gap.named_in(reply)
             if usable.get(f"tool:{step.tool}") is False:
                 continue
             args = {k: v for k, v in args.items() if usable.get(f"tool:{step.tool}.{k}", True)}

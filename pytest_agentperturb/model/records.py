@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -121,6 +122,15 @@ class ToolGap:
     def id(self) -> str:
         """How a reply's ``disclosed`` list names it: ``tool:<name>`` or ``tool:<name>.<arg>``."""
         return f"tool:{self.tool}" + (f".{self.arg}" if self.arg else "")
+
+    def named_in(self, text: str) -> bool:
+        """Whether ``text`` names it: the tool's true name as a word and, for an argument, the argument too."""
+        return names_word(self.tool, text) and (not self.arg or names_word(self.arg, text))
+
+
+def names_word(word: str, text: str) -> bool:
+    """Whether ``text`` states ``word`` as a whole word (a tool or argument name, dots and hyphens included)."""
+    return re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", text) is not None
 
 
 def tool_gaps(canaries: tuple[Canary, ...] | list[Canary]) -> tuple[ToolGap, ...]:

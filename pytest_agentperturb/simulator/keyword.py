@@ -19,13 +19,12 @@ deterministic; :mod:`.llm` puts a user model behind the same guard.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..model.context import NEUTRAL_REPLY
 from ..model.protocols import UserReply
-from ..model.records import Canary, ToolGap, Variant, tool_gaps
+from ..model.records import Canary, ToolGap, Variant, names_word, tool_gaps
 from ..model.task import Fact, Task
 from .matching import Matcher, _terms, matcher_of, states, value_pattern
 
@@ -56,7 +55,7 @@ class LeakGuard:
         """Ids of the recovery facts whose values ``text`` states, in annotation order, then the removed
         tools (``tool:<name>``) and arguments (``tool:<name>.<arg>``) it names."""
         facts = tuple(f.id for f in self.recovery if states(f.value, text))
-        return facts + tuple(g.id for g in self.gaps if names_gap(g, text))
+        return facts + tuple(g.id for g in self.gaps if g.named_in(text))
 
     def leaks(self, text: str, question: str = "") -> list[str]:
         """The forbidden strings that ``text`` states (and ``question`` does not)."""
@@ -83,22 +82,10 @@ class LeakGuard:
         return UserReply(text.strip(), disclosed, usage, False, simulator)
 
 
-def names_gap(gap: ToolGap, text: str) -> bool:
-    """Whether ``text`` names the removed tool (its true name as a word) or, for an argument, the tool and
-    the argument."""
-    def word(w: str) -> bool:
-        return re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text) is not None
-
-    return word(gap.tool) and (not gap.arg or word(gap.arg))
-
-
 def _tool_words(task: Task, tool: str) -> tuple[set[str], set[str]]:
     """(name words, description words) of a true tool, from the clean contract."""
-    desc = ""
-    for t in task.surfaces.tools:
-        fn = t.get("function", t)
-        if fn.get("name") == tool:
-            desc = str(fn.get("description") or "").split("\n")[0]
+    schema = task.surfaces.tool_schema(tool) or {}
+    desc = str(schema.get("description") or "").split("\n")[0]
     return set(_terms(tool.replace("_", " ").replace("-", " "))), set(_terms(desc))
 
 
@@ -108,12 +95,12 @@ def asks_for_gap(task: Task, gap: ToolGap, question: str) -> bool:
     for an argument, also the argument's name or words."""
     q = set(_terms(question))
     name, desc = _tool_words(task, gap.tool)
-    about_tool = names_gap(ToolGap(gap.tool), question) or (bool(name) and name <= q) or \
+    about_tool = names_word(gap.tool, question) or (bool(name) and name <= q) or \
         (len(desc) >= 3 and len(desc & q) >= 0.6 * len(desc))
     if not gap.arg:
         return about_tool
     arg = set(_terms(gap.arg.replace("_", " ")))
-    return about_tool and (names_gap(ToolGap(gap.arg), question) or (bool(arg) and arg <= q))
+    return about_tool and (names_word(gap.arg, question) or (bool(arg) and arg <= q))
 
 
 def gap_reply(gaps: Sequence[ToolGap]) -> str:
