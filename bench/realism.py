@@ -70,18 +70,12 @@ def suite_variants(suite: Path, seeds: list[int]) -> tuple[list[tuple[Task, Vari
 
 
 def _suite_tasks(suite: Path | str) -> tuple[str, list[Task]]:
-    """(name, tasks) of a suite folder or a benchmark's named suite (``agentdojo:banking``)."""
-    if isinstance(suite, str) and not Path(suite).exists():
-        from pytest_agentperturb.formats import benchmark_adapter
-        from pytest_agentperturb.model.task import TaskSlot
+    """(name, tasks) of a suite folder or a benchmark's named suite (``agentdojo:banking``), loaded as
+    ``agentperturb verify`` loads them."""
+    from pytest_agentperturb.cli.check import is_named_suite, tasks_of
 
-        adapter = benchmark_adapter(suite)
-        if adapter is None:
-            raise SystemExit(f"{suite}: not a suite folder nor a benchmark name (agentdojo:<suite>, tau2:<domain>)")
-        tasks = [t.load() if isinstance(t, TaskSlot) else t for t in adapter.tasks()]
-        return suite, [t for t in tasks if isinstance(t, Task)]
-    path = Path(suite)
-    return path.name, [t for t in load_tasks(path) if isinstance(t, Task)]
+    name = str(suite) if is_named_suite(str(suite)) else Path(suite).name
+    return name, [t for t in tasks_of(str(suite)) if isinstance(t, Task)]
 
 
 def write_items(out: Path, suites: list[Path | str], seed: int, perturbed_share: float = 2 / 3,

@@ -46,7 +46,8 @@ def is_named_suite(arg: str) -> bool:
     return arg.split(":", 1)[0] in BENCHMARKS and not Path(arg).exists()
 
 
-def _tasks(arg: str) -> Iterator[Task | TaskFormatError]:
+def tasks_of(arg: str) -> Iterator[Task | TaskFormatError]:
+    """The tasks of a suite folder, a task folder or a benchmark name (a task that fails to load: its error)."""
     if is_named_suite(arg):
         from ..formats import benchmark_adapter
 
@@ -163,7 +164,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     total: Counter[str] = Counter()
     pool: list[judge.Item] = []
     n = 0
-    for item in _tasks(args.folder):
+    for item in tasks_of(args.folder):
         if isinstance(item, TaskFormatError):
             breaches.append(str(item))
             continue
@@ -228,7 +229,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
     engine = make_engine()
     n = 0
-    for item in _tasks(args.suite):
+    for item in tasks_of(args.suite):
         if isinstance(item, TaskFormatError):
             sys.stdout.write(f"{item}\n")
             continue
@@ -277,4 +278,4 @@ def add_arguments(v: argparse.ArgumentParser) -> None:
                        help=f"{o.help} (for the judge model)")
 
 
-__all__ = ["add_arguments", "add_show", "check_task", "describe_task", "is_named_suite"]
+__all__ = ["add_arguments", "add_show", "check_task", "describe_task", "is_named_suite", "tasks_of"]
