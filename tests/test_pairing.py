@@ -6,8 +6,11 @@ analyze`` on an episodes CSV, as a user would.
 
 from __future__ import annotations
 
+import html
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from pytest_agentperturb.analysis.degradation import ALL_MODELS, marginal_effect
 from pytest_agentperturb.analysis.table import pairs, pooled
 from pytest_agentperturb.cli import main
 from pytest_agentperturb.gate import Thresholds, evaluate_tables
-from pytest_agentperturb.model.task import FAMILIES
+from pytest_agentperturb.model.task import FAMILIES, IMAGE_OBJECTS
 
 from episodes_csv import FAST, ep, run_analyze, write_csv
 
@@ -189,3 +192,40 @@ def test_analysis_notes_and_summary_lines_state_the_pairs() -> None:
     a = analyze(normalise(pd.DataFrame(clean_error_rows())), replicates=10, permutations=50)
     (line,) = summary_lines(a)
     assert "pairs 24 (dropped 12: 12 clean error)" in line
+
+
+def image_object_rows() -> list[dict[str, Any]]:
+    """Two tasks with every family; only t1 shows an image, so only t1 has the image objects."""
+    rows = []
+    for t in ("t1", "t2"):
+        rows.append(ep("m", t, "clean", 1.0))
+        rows += [ep("m", t, f, 0.5) for f in FAMILIES]
+    rows += [ep("m", "t1", f, 0.0) for f in IMAGE_OBJECTS]
+    return rows
+
+
+def test_an_object_offered_only_where_it_applies_is_no_missing_variant(tmp_path: Path) -> None:
+    """An image object is collected only for tasks whose tools return images: a task without one lacks nothing
+    (it was counted as a variant missing, the page's "left out: 176 variant missing" on the main job)."""
+    audit = pairing_audit(normalise(pd.DataFrame(image_object_rows())))
+    assert int(audit["no_variant"].sum()) == 0
+    doc = run_analyze(tmp_path, image_object_rows())
+    assert any("nothing left out" in n for n in doc["notes"])
+    skipped = [r for r in image_object_rows() if not (r["task"] == "t2" and r["family"] == "user-missing")]
+    assert int(pairing_audit(normalise(pd.DataFrame(skipped)))["no_variant"].sum()) == 1  # a family still is
+
+
+def test_terminal_and_page_state_the_same_pairing(tmp_path: Path) -> None:
+    """The terminal prints the report's pairing note word for word (it printed "0 variants skipped" only, beside
+    the page's "left out: 176 variant missing"), here with an image task and a task without images."""
+    root = Path(__file__).resolve().parents[1]
+    page = tmp_path / "r.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--agentperturb",
+         f"--agentperturb-suite={root / 'suites' / 'workflows'}", "-k", "scan-invoice-po or reschedule-standup",
+         "--agentperturb-model", "reference/literal", f"--agentperturb-store={tmp_path / 's.sqlite'}",
+         f"--agentperturb-report={page}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("Pairing: ")]
+    assert "nothing left out" in line and "0 variants skipped" in proc.stdout
+    assert html.escape(line) in page.read_text(encoding="utf-8")

@@ -41,7 +41,7 @@ _LAZY: tuple[str, ...] = ("ALL_MODELS", "cells", "compliance", "drops", "malleab
 
 __all__ = [
     "ALL_MODELS", "Analysis", "analyze", "cells", "compliance", "drops", "malleability", "marginal_effects",
-    "normalise", "overall", "paired_tests", "pairing_audit", "pairs", "pooled", "relative_degradation", "scored",
+    "normalise", "overall", "paired_tests", "pairing_audit", "pairing_note", "pairs", "pooled", "relative_degradation", "scored",
     "suite_average", "summary", "summary_lines", "extra_summary_lines",
 ]
 
@@ -145,6 +145,19 @@ def analyze(df: pd.DataFrame, *, capability: pd.DataFrame | None = None,
     return Analysis(**tables, sensitivity=sensitivity(), replicates=replicates, permutations=permutations)
 
 
+def pairing_note(audit: pd.DataFrame) -> str:
+    """What the pairing formed and left out, and why: one sentence, the report's note and the terminal's line
+    (empty without perturbed episodes).  A missing variant is counted per model, task and repeat."""
+    if not len(audit):
+        return ""
+    by = {r: int(audit[r].sum()) for r in DROP_REASONS}
+    return (f"Pairing: {int(audit['n_pairs'].sum())} clean/perturbed pair(s) of "
+            f"{int(audit['n_episodes'].sum())} perturbed episode(s)"
+            + (f"; left out: {describe_drops(by)}" if any(by.values()) else "; nothing left out")
+            + " (a variant missing, one per model, task and repeat, leaves that task's clean score out of that "
+              "family's comparison).")
+
+
 def notes(df: pd.DataFrame, audit: pd.DataFrame, pr: pd.DataFrame) -> list[str]:
     """What the numbers rest on: unscored episodes, what the pairing dropped and why, unknown usage, baselines."""
     out = []
@@ -152,12 +165,9 @@ def notes(df: pd.DataFrame, audit: pd.DataFrame, pr: pd.DataFrame) -> list[str]:
     if n_err:
         out.append(f"{n_err} episode(s) could not be scored (error) and are excluded from every metric; "
                    "each takes its clean or perturbed partner out of the comparison.")
-    by = {r: int(audit[r].sum()) for r in DROP_REASONS} if len(audit) else {}
-    if len(audit):
-        out.append(f"Pairing: {int(audit['n_pairs'].sum())} clean/perturbed pair(s) of "
-                   f"{int(audit['n_episodes'].sum())} perturbed episode(s)"
-                   + (f"; left out: {describe_drops(by)}" if any(by.values()) else "; nothing left out")
-                   + " (a missing variant leaves its task's clean score out of that family's comparison).")
+    line = pairing_note(audit)
+    if line:
+        out.append(line)
     if len(pr):
         unknown = int((pr["tokens_clean"].isna() | pr["tokens_pert"].isna()).sum())
         if unknown == len(pr):

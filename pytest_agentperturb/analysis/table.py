@@ -36,6 +36,9 @@ PAIR_KEY: tuple[str, ...] = tuple(k for k in KEY_FIELDS if k not in ("family", "
 BASELINE_PREFIX = "reference/"
 #: Why a perturbed episode or a clean score stayed out of a comparison (columns of :func:`pairing_audit`).
 DROP_REASONS: tuple[str, ...] = ("clean_error", "perturbed_error", "no_clean", "no_variant")
+#: Families the plugin offers to every task by default (docs/design.md section 2): only these can be a
+#: "variant missing" of a task; image objects and an adapter's own objects go only where they apply.
+OFFERED_EVERYWHERE: frozenset[str] = frozenset((*FAMILIES, *INSERTED))
 DROP_LABELS: dict[str, str] = {"clean_error": "clean error", "perturbed_error": "perturbed error",
                                "no_clean": "no clean episode", "no_variant": "variant missing"}
 
@@ -349,6 +352,9 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
     with a scored clean episode has no episode of a family that the model
     ran on other tasks of the run and suite, e.g. a variant skipped by the
     validity checks: its clean score stays out of that family's comparison).
+    Only the families offered to every task (:data:`OFFERED_EVERYWHERE`) can
+    be missing: an image object or an adapter's own object is offered only to
+    the tasks it applies to, so a task without it lacks nothing.
     """
     import numpy as np
     import pandas as pd
@@ -382,7 +388,9 @@ def pairing_audit(df: pd.DataFrame) -> pd.DataFrame:
     parts: dict[str, tuple[str, str]] = {}
     for run_id, model, suite, f, b, t, k in zip(*(agg[c].tolist() for c in ("run_id", "model", "suite", "family",
                                                                              "baseline", "target", "type"))):
-        fam_sets.setdefault((run_id, model, suite), set()).add(f)
+        fam_sets.setdefault((run_id, model, suite), set())
+        if f in OFFERED_EVERYWHERE:
+            fam_sets[(run_id, model, suite)].add(f)
         base_of.setdefault((run_id, model, suite), b)
         parts[f] = (t, k)
     fams = {r: sorted(v) for r, v in fam_sets.items()}

@@ -262,6 +262,12 @@ class Finish:
 
             for line in coverage_lines(self.coverage):
                 tr.write_line(f"coverage {line}")
+        if self.analysis is not None:
+            from ..analysis import pairing_note
+
+            pairing = pairing_note(self.analysis.pairing)  # the report's note, word for word
+            if pairing:
+                tr.write_line(pairing)
         if res.failed:
             tr.write_line(f"agent failures: {res.failed} (first 5 below; all in the report)")
             for nodeid, reward, reproduce in res.first_failures():
