@@ -22,7 +22,8 @@ breaches when any part of the 95 % interval lies above the limit
 (:func:`exceeds`); ``significant`` breaches a drop only when a one-sided test
 at 2.5 % rejects "D <= limit" after Holm's correction over the levels of the
 threshold (:func:`_candidate`, :func:`_decide`; docs/design.md section 5),
-and the regression when the whole (non-degenerate) interval lies above it.
+and the regression when the exact paired swap test (with, above limit 0,
+the bootstrap p) rejects "change <= limit" (:func:`_regression_candidate`).
 Where the clean score is 0 the threshold is not evaluated (it fails, with
 the reason).  Notes say when a limit sits below what the run can detect.
 Minima (clean score, bypass rate) are judged on the estimate.
