@@ -22,7 +22,8 @@ breaches when any part of the 95 % interval lies above the limit
 (:func:`exceeds`); ``significant`` breaches a drop only when a one-sided test
 at 2.5 % rejects "D <= limit" after Holm's correction over the levels of the
 threshold (:func:`_candidate`, :func:`_decide`; docs/design.md section 5),
-and the regression when the whole (non-degenerate) interval lies above it.
+and the regression when the exact paired swap test (with, above limit 0,
+the bootstrap p) rejects "change <= limit" (:func:`_regression_candidate`).
 Where the clean score is 0 the threshold is not evaluated (it fails, with
 the reason).  Notes say when a limit sits below what the run can detect.
 Minima (clean score, bypass rate) are judged on the estimate.
@@ -585,22 +586,60 @@ def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episo
             subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
             mdc = float(getattr(r, "min_detectable", math.nan))
             if mdc == mdc and limit < mdc:
+                can = "none up to 100 points" if math.isinf(mdc) else f"{mdc:.0f} points"
                 verdict.notes.append(
                     f"agentperturb gate: {flag} for {subj}: this run cannot tell a {limit:g}-point regression from "
-                    f"noise (smallest rise of D it detects with 80 % power at one-sided 2.5 %: {mdc:.0f} points, "
+                    f"noise (smallest rise of D it detects with 80 % power at one-sided 2.5 %: {can}, "
                     f"{int(r.n_tasks)} tasks); add tasks or repeats")
             if math.isnan(d):
                 verdict.breaches.append(Breach(flag, subj, math.nan, limit, "change in D",
                                                "D undefined on one side (clean score 0)"))
                 continue
-            if thresholds.gate_on == "significant" and float(r.ci_low) == float(r.ci_high) and d > limit:
-                verdict.breaches.append(Breach(
-                    flag, subj, d, limit, "change in D",
-                    f"the bootstrap interval of the change is degenerate (every replicate {d:+.1f} points), which is "
-                    "not evidence under significant; add tasks or repeats"))
-                continue
-            if exceeds(thresholds.gate_on, d, float(r.ci_low), float(r.ci_high), limit):
-                subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
+            rule_flag = thresholds.names.get("gate_on", "--agentperturb-gate-on")
+            if thresholds.gate_on == "significant":
+                c = _regression_candidate(r, d, limit, subj, versus.replicates.get((r.model, r.suite, "overall", "all")))
+                if c.p <= 0.025:
+                    verdict.breaches.append(SignificanceBreach(
+                        flag, subj, d, limit, "change in D", low=c.low, high=c.high, rule="significant",
+                        rule_flag=rule_flag, p_raw=c.p, p_adj=c.p, test=c.test, correction="one hypothesis, no "
+                        "correction", detail=c.detail))
+                verdict.notes.append(f"agentperturb gate: {flag} for {subj} under {rule_flag} significant: "
+                                     f"{c.test}: p {c.p:.3g} at one-sided 2.5 %")
+            elif exceeds(thresholds.gate_on, d, float(r.ci_low), float(r.ci_high), limit):
                 verdict.breaches.append(IntervalBreach(
                     flag, subj, d, limit, "change in D", low=float(r.ci_low), high=float(r.ci_high),
-                    rule=thresholds.gate_on, rule_flag=thresholds.names.get("gate_on", "--agentperturb-gate-on")))
+                    rule=thresholds.gate_on, rule_flag=rule_flag))
+
+
+def _regression_candidate(r: Any, d: float, limit: float, subject: str, boot: Any) -> _Candidate:
+    """The evidence of "the change in D <= limit" (docs/design.md section 5, "Against a baseline run").
+
+    The exact paired swap test of "no regression" (``p_exact``) decides at
+    limit 0; above 0 it must agree with the bootstrap p of "change <= limit"
+    (p = the larger).  A degenerate bootstrap (every replicate equal) is never
+    evidence: the swap test decides alone, and only when the change is above
+    the limit.
+    """
+    import numpy as np
+
+    from .analysis.stats import bootstrap_p
+
+    c = _Candidate(subject, "all", "change in D", d, limit, float(r.ci_low), float(r.ci_high))
+    p_exact = float(getattr(r, "p_exact", math.nan))
+    exact = f"exact paired swap test of no regression on {int(r.n_tasks)} tasks"
+    if boot is None:    # no replicates kept: the interval stands in for the bootstrap p
+        pb = 0.0 if exceeds("significant", d, c.low, c.high, limit) else 1.0
+    else:
+        pb = bootstrap_p(boot, limit)[0]
+    fin = None if boot is None else np.asarray(boot, dtype=float)[np.isfinite(boot)]
+    if fin is not None and (len(fin) < 2 or float(np.ptp(fin)) == 0.0):
+        c.detail = f"the bootstrap interval of the change is degenerate (every replicate {d:+.1f} points), not evidence"
+        c.p, c.test = (p_exact if d > limit else 1.0), exact
+    elif limit == 0:
+        c.p, c.test = p_exact, exact
+    else:
+        c.p = max(p_exact, pb)
+        c.test = f"the larger of the {exact} (p {p_exact:.3g}) and the bootstrap p of change <= limit (p {pb:.3g})"
+    if not math.isfinite(c.p):
+        c.p = 1.0
+    return c

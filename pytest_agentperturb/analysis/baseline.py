@@ -12,7 +12,10 @@ change delta = D_this - D_baseline in points, and a 95 % BCa interval
 (:func:`~.stats.bca_interval`) of the change from a paired cluster bootstrap:
 one draw of tasks shared by both runs, a drawn task bringing all its repeats
 of both runs along; the acceleration comes from the jackknife that leaves out
-one task (of both runs) at a time.
+one task (of both runs) at a time.  ``p_exact`` is the paired swap test
+(:func:`~.stats.swap_test`) of "no regression" on the shared tasks, the
+exact test the gate's ``significant`` rule decides the regression with; the
+bootstrap replicates of the change are kept in ``Comparison.replicates``.
 
 :func:`run_trend` gives the overall D of every (run, model, suite) of a
 table holding several runs, in the order the runs were recorded.
@@ -28,7 +31,7 @@ import numpy as np
 
 from ..model.task import CLEAN
 from .degradation import ALL_MODELS, _level_rows, _levels, drops, relative_degradation
-from .stats import N_BOOTSTRAP, FloatArray, bca_interval, bootstrap_weights, draw_sums
+from .stats import ALPHA, N_BOOTSTRAP, FloatArray, Replicates, bca_interval, bootstrap_weights, draw_sums, swap_test
 from .table import pairs, with_repeat
 
 if TYPE_CHECKING:
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
 ROSE, FELL, SAME = "rose", "fell", "not distinguishable"
 DELTA_COLUMNS = ["model", "baseline_model", "suite", "baseline", "level_kind", "level", "d_current", "d_baseline",
                  "delta", "ci_low", "ci_high", "n_tasks", "n_pairs_current", "n_pairs_baseline", "verdict",
-                 "min_detectable"]
+                 "min_detectable", "p_exact"]
 MISMATCH_COLUMNS = ["model", "baseline_model", "suite", "task", "family", "reason"]
 TREND_COLUMNS = ["run_id", "order", "model", "suite", "baseline", "clean", "perturbed", "relative_drop", "ci_low",
                  "ci_high", "n_pairs"]
@@ -51,6 +54,8 @@ class Comparison:
     deltas: pd.DataFrame
     mismatches: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    #: bootstrap replicates of the change per (model, suite, level_kind, level), for the gate's bootstrap p
+    replicates: dict[tuple[str, str, str, str], FloatArray] = field(default_factory=Replicates)
 
 
 def counterparts(models: list[str], base_models: list[str], flags: dict[str, bool],
@@ -155,6 +160,8 @@ def compare(current: pd.DataFrame, base: pd.DataFrame, *, label: str = "baseline
     rows: list[dict[str, object]] = []
     left: list[dict[str, object]] = []
     rng = np.random.default_rng(seed)
+    swaps = np.random.default_rng([seed, 27])       # the swap test's own draws: the bootstrap's stay as they were
+    reps = Replicates()
     unknown = False
     for model, bmodel in sorted(match.items()):
         for suite in sorted(set(current.loc[current["model"] == model, "suite"])):
@@ -168,15 +175,17 @@ def compare(current: pd.DataFrame, base: pd.DataFrame, *, label: str = "baseline
             left += [{"model": model, "baseline_model": bmodel, "suite": suite, "task": t, "family": f,
                       "reason": why} for t, f, why in out]
             pc, pb = pairs(_only(cur, kept)), pairs(_only(bas, kept))
-            rows += _deltas(pc, pb, model, bmodel, suite, bool(flags.get(model, False)), replicates, rng, level)
+            rows += _deltas(pc, pb, model, bmodel, suite, bool(flags.get(model, False)), replicates, rng, level,
+                            swaps, reps)
     if unknown:
         notes.append("variant digests were not recorded on one side: (task, family) pairs were matched by name only")
     return Comparison(label, pd.DataFrame(rows, columns=DELTA_COLUMNS), pd.DataFrame(left, columns=MISMATCH_COLUMNS),
-                      notes)
+                      notes, reps)
 
 
 def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: str, is_base: bool,
-            replicates: int, rng: np.random.Generator, level: float) -> list[dict[str, object]]:
+            replicates: int, rng: np.random.Generator, level: float, swaps: np.random.Generator,
+            reps: dict[tuple[str, str, str, str], FloatArray]) -> list[dict[str, object]]:
     if not len(pc) or not len(pb):
         return []
     tasks = sorted(set(pc["task"]) | set(pb["task"]))
@@ -198,6 +207,7 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
                                         float(bp[..., j].sum()) / float(bn[..., j].sum()))
                  if both[:, j].any() else float("nan") for j in range(len(levels))]
     lo, hi = bca_interval(delta_b, np.asarray(d_hat, dtype=float), delta_j, level, expand=True)
+    p_swap, _ = swap_test(np.stack([cc.sum(1), cp.sum(1)]), np.stack([bc.sum(1), bp.sum(1)]), swaps)
     out: list[dict[str, object]] = []
     for j, (kind, lab) in enumerate(levels):
         if not both[:, j].any():
@@ -207,12 +217,16 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
         db = relative_degradation(float(bc[..., j].sum()) / nb, float(bp[..., j].sum()) / nb)
         low, high = float(lo[j]), float(hi[j])
         verdict = ROSE if low > 0 else FELL if high < 0 else SAME
+        reps[(model, suite, kind, lab)] = delta_b[:, j].astype(np.float32)
+        n_tasks = int(both[:, j].sum())
+        mdc = min_detectable_change(cc[..., j], cp[..., j], cn[..., j], bc[..., j], bp[..., j], bn[..., j])
         out.append({"model": model, "baseline_model": bmodel, "suite": suite, "baseline": is_base, "level_kind": kind,
                     "level": lab, "d_current": dc, "d_baseline": db, "delta": dc - db, "ci_low": low, "ci_high": high,
-                    "n_tasks": int(both[:, j].sum()), "n_pairs_current": int(cn[..., j].sum()),
+                    "n_tasks": n_tasks, "n_pairs_current": int(cn[..., j].sum()),
                     "n_pairs_baseline": int(bn[..., j].sum()), "verdict": verdict,
-                    "min_detectable": min_detectable_change(cc[..., j], cp[..., j], cn[..., j], bc[..., j], bp[..., j],
-                                                            bn[..., j])})
+                    # the swap test's smallest p is 2^-n: below 6 tasks no regression reaches one-sided 2.5 %
+                    "min_detectable": math.inf if mdc == mdc and 0.5 ** n_tasks > ALPHA else mdc,
+                    "p_exact": float(p_swap[j])})
     return out
 
 

@@ -363,6 +363,54 @@ def exchange_test(x: npt.ArrayLike, m: npt.ArrayLike, s: npt.ArrayLike) -> float
     return float(min(1.0, max(0.0, dist[w_obs:top + 1].sum())))
 
 
+#: Tasks up to which :func:`swap_test` enumerates every swap (2^12 = 4096); above, random swaps.
+MAX_EXACT_SWAP = 12
+#: Random swaps of :func:`swap_test` above :data:`MAX_EXACT_SWAP` tasks.
+N_SWAPS = 20_000
+
+
+def swap_test(cur: FloatArray, base: FloatArray, rng: np.random.Generator, draws: int = N_SWAPS
+              ) -> tuple[FloatArray, bool]:
+    """One-sided p of "no regression" for the change in D against a baseline run, per level, and whether exact.
+
+    ``cur`` and ``base`` (2, tasks, levels) hold each run's clean and
+    perturbed reward sums per task over the pairs of the level (zero where a
+    task has no pairs on both sides).  The statistic is the change
+    delta = D_this - D_baseline, D = 100 (c - p) / c over the summed rewards.
+    Under the null hypothesis that the two runs are exchangeable within each
+    task (the same agent, the same distribution of outcomes: delta = 0 in
+    expectation), swapping which run a task's episodes belong to leaves the
+    distribution of the data unchanged, so p = P(delta* >= delta) over the
+    2^n swaps (a paired randomisation test on the tasks; exact at every size
+    and for any rewards, conservative through discreteness).  Up to
+    :data:`MAX_EXACT_SWAP` tasks every swap is enumerated (p = hits / 2^n);
+    above, ``draws`` random swaps give p = (1 + hits) / (1 + draws), still a
+    valid level.  A swap leaving either clean sum 0 (delta* undefined) counts
+    as a hit (against a breach).  NaN where delta itself is undefined.
+    """
+    c, b = np.asarray(cur, dtype=float), np.asarray(base, dtype=float)
+    n = c.shape[1]
+    exact = n <= MAX_EXACT_SWAP
+    if exact:
+        flips = ((np.arange(1 << n)[:, None] >> np.arange(n)[None, :]) & 1).astype(float)
+    else:
+        flips = (rng.random((draws, n)) < 0.5).astype(float)
+    diff = c - b                                              # (2, tasks, levels)
+    tot_c, tot_b = c.sum(1), b.sum(1)                         # (2, levels)
+
+    def d(cs: FloatArray, ps: FloatArray) -> FloatArray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.asarray(np.where(cs != 0, 100.0 * (cs - ps) / cs, np.nan), dtype=float)
+
+    obs = d(tot_c[0], tot_c[1]) - d(tot_b[0], tot_b[1])
+    moved = [flips @ diff[i] for i in range(2)]              # what the swapped tasks move from this run
+    star = d(tot_c[0] - moved[0], tot_c[1] - moved[1]) - d(tot_b[0] + moved[0], tot_b[1] + moved[1])
+    tol = 1e-9 * np.maximum(1.0, np.abs(obs))
+    hits = ((~np.isfinite(star)) | (star >= obs - tol)).sum(0)
+    p = hits / len(flips) if exact else (1 + hits) / (1 + len(flips))
+    return np.asarray(np.where(np.isfinite(obs), np.minimum(p, 1.0), np.nan), dtype=float), exact
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values (NaN stays NaN and is not counted among the hypotheses).
 
