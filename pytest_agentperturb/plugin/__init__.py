@@ -9,14 +9,42 @@ nothing (no litellm, pandas or scipy).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from ..model.heap import FrozenHeap
-from ..model.task import TARGETS, TYPES
-from . import options
+
+def _own_modules_unrewritten() -> None:
+    """Take this package off the assertion rewriter's list, before the plugin imports the rest of it.
+
+    pytest marks every package that registers a ``pytest11`` entry point
+    for assertion rewriting, so each module of this one imported during
+    the run would be parsed, rewritten and compiled by pytest's import hook
+    instead of Python's, and its rewritten code cached apart from the
+    interpreter's own bytecode: under ``PYTHONDONTWRITEBYTECODE=1``, from
+    a fresh clone or an installed wheel whose folder is read-only, that is
+    paid again by every run (tens of modules before the first episode).
+    The plugin has no assertions whose messages matter (its few asserts
+    narrow types), so its modules are imported as plain Python.  The
+    hook is found by its two attributes, not by pytest's private class.
+    """
+    package = __name__.partition(".")[0]
+    for finder in sys.meta_path:
+        marked = getattr(finder, "_must_rewrite", None)
+        if isinstance(marked, set) and package in marked:
+            marked.discard(package)
+            cache = getattr(finder, "_marked_for_rewrite_cache", None)
+            if isinstance(cache, dict):
+                cache.clear()
+
+
+_own_modules_unrewritten()
+
+from ..model.heap import FrozenHeap  # noqa: E402 - after the rewriter lets go of the package
+from ..model.task import TARGETS, TYPES  # noqa: E402
+from . import options  # noqa: E402
 
 if TYPE_CHECKING:
     from ..model.interfaces import Agent, SuiteAdapter
@@ -60,13 +88,14 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """At a lone process's last episode, import the analysis while its last episodes finish (xdist: at the start).
 
-    The last episode is the one before the gate's item, when there is one.
+    The last episode is the one before the gate's item, when there is one;
+    the import waits for the agents' set-up (:meth:`.running.Runner.preload_analysis`).
     """
     last = nextitem is None or getattr(nextitem, "is_gate", False)
     if last and not getattr(item, "is_gate", False) and options.is_enabled(item.config) and not hasattr(item.config, "workerinput"):
-        from .finish import preload_analysis
+        from .session import SESSION_KEY
 
-        preload_analysis()
+        item.config.stash[SESSION_KEY].runner.preload_analysis()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -10,14 +10,16 @@ from.  Option names are module constants tests can import.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from ..gate import Thresholds, parse
 from ..model.errors import OptionError
 from ..model.options import OPTIONS, Option, Settings, option
 from ..model.options import resolve as resolve_settings
+
+if TYPE_CHECKING:
+    from ..gate import Thresholds
 
 ENABLE = option("enabled").flag
 MODEL = option("models").flag
@@ -68,7 +70,12 @@ def _lookup(config: pytest.Config, o: Option) -> tuple[Any, str]:
 
 
 def resolve(config: pytest.Config) -> tuple[Settings, Thresholds]:
-    """The session's settings and gate thresholds; ``pytest.UsageError`` naming a bad value's source."""
+    """The session's settings and gate thresholds; ``pytest.UsageError`` naming a bad value's source.
+
+    The gate is imported here, not with the plugin: a run without ``--agentperturb`` never needs it.
+    """
+    from ..gate import parse
+
     try:
         settings = resolve_settings(lambda o: _lookup(config, o), Path(str(config.rootpath)))
         sources = {k: (f"{v}:" if v.startswith("ini option") else v) for k, v in settings.sources.items()}

@@ -25,6 +25,7 @@ from ..model.options import Settings
 from ..model.records import EpisodeRecord, Variant
 from .collect import EpisodeFailed, PerturbItem, reproduce_line, result_args
 from .distribute import Finished
+from .finish import preload_analysis
 from .registries import Registries
 from .variants import VariantCache, episode_key
 
@@ -56,6 +57,7 @@ class Runner:
         self._lookahead: Lookahead | None = None
         self._batcher: Batcher | None = None
         self._generator: Generator | None = None
+        self._preload_pending = False  # the analysis's import, due once the agents are ready (preload_analysis)
         # a worker resumes from what the controller found recorded; only the controller (or sole process) stores
         self._finished = Finished.of(config) if self.is_worker else None
 
@@ -155,7 +157,25 @@ class Runner:
 
             prepare(self.registries.agents(), self.llm)  # e.g. litellm's import: seconds that would stall the loop
             self._batcher = Batcher(self.llm.concurrency, heap=self.heap)
+            if self._preload_pending:
+                self._preload_pending = False
+                preload_analysis()
         return self._batcher
+
+    def preload_analysis(self) -> None:
+        """At a lone process's last item: import the analysis in the background, once the agents are ready.
+
+        At once when the episode loop already runs; else right after the
+        agents' one-time set-up (:meth:`batcher`), so that pandas never
+        shares the CPU with litellm's import, which a run's first model
+        request waits for (a one-task run's first item is its last).  When
+        no episode runs at all (every item reused), the session's end
+        imports it.
+        """
+        if self._batcher is not None:
+            preload_analysis()
+        else:
+            self._preload_pending = True
 
     # -- what an item asks (collect.ItemRunner) --------------------------------
     def run_item(self, item: PerturbItem) -> None:
