@@ -150,7 +150,7 @@ def test_two_session_seeds_of_one_agent_are_not_distinguishable(pytester: pytest
     assert second.ret == pytest.ExitCode.OK, out[-3000:]
     second.stdout.fnmatch_lines(["reference/noisy*versus baseline run 'a' (reference/noisy): *(not distinguishable)*",
                                  "agentperturb gate: passed (every threshold met)"])
-    assert "left out" not in out                                   # every variant is the same in both runs
+    assert "left out:" not in out                                  # every variant is the same in both runs
     with sqlite3.connect(project / "reports" / "agentperturb.sqlite") as c:
         rows = c.execute("SELECT run_id, task, family, repeat, variant_digest, reward FROM episodes").fetchall()
     by = {(t, f, r): {} for _, t, f, r, _, _ in rows}
