@@ -73,9 +73,9 @@ class Runner:
         """Stop the episode loop (the heap stays frozen through pytest's end-of-run collections), close the store."""
         if self._batcher is not None:
             self._batcher.close(thaw=False)
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()  # a StoreError (a full disk) is the finish's to report (finish.Finish.conclude)
 
     # -- variants --------------------------------------------------------------
     def _variant(self, item: PerturbItem) -> tuple[Variant, str] | VariantSkipped:

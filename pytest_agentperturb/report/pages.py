@@ -36,6 +36,7 @@ from urllib.parse import quote
 from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN, FAMILIES, INSERTED
 from .episodes import CSS, canaries_of, diff_html, episode_anchor, trajectory_html, verdict
+from .files import unwritable
 from .images import image_pairs_html
 from .svg import esc
 
@@ -345,7 +346,8 @@ def write_pages(folder: Path | str, pages: Iterable[tuple[str, str]]) -> list[Pa
     Raises:
         AgentPerturbError: ``folder`` is a link or a file (the report will not write through or over it), or a
             page's path holds a file that is not an agentperturb page.
-        OSError: a page could not be written (nothing in ``folder`` changed).
+            A page could not be written (a full disk: one line naming ``folder``, the reason and the fix;
+            nothing in ``folder`` changed).
     """
     folder = Path(folder)
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
@@ -372,6 +374,8 @@ def write_pages(folder: Path | str, pages: Iterable[tuple[str, str]]) -> list[Pa
             for page, target in moves:
                 os.replace(page, target)
                 written.append(target)
+    except OSError as exc:  # one line naming the folder, not the staging file, and the fix
+        raise AgentPerturbError(unwritable(folder, exc, "report's task pages")) from None
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
