@@ -97,7 +97,7 @@ class Store:
                 self._conn.execute("PRAGMA busy_timeout=60000")
                 self._create()
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: not a usable results store ({exc}); fix: {_FIX}") from None
+            raise StoreError(f"{self.path}: not a usable results store ({exc}); fix: {_fix(exc)}") from None
         except OSError as exc:
             raise StoreError(f"{self.path}: cannot open the results store ({exc}); fix: {_FIX}") from None
 
