@@ -31,20 +31,32 @@ ARGS = ("--agentperturb", "suites/workflows", "--agentperturb-families", "clean,
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 64 KiB file system (tmpfs), unmounted after."""
+def _mount(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A real file system of ``size`` (tmpfs), unmounted after."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("a real full disk needs root to mount a 64 KiB tmpfs; the monkeypatched tests cover the rest")
+        pytest.skip(f"a real full disk needs root to mount a {size} tmpfs; the monkeypatched tests cover the rest")
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True,
+                       text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); a container without mount rights")
     try:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KiB disk."""
+    yield from _mount(tmp_path, "64k")
+
+
+@pytest.fixture
+def store_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 160 KiB disk: room for a new store (its WAL index takes 32 KiB) and a few episodes."""
+    yield from _mount(tmp_path, "160k")
 
 
 def fill(disk: Path) -> None:
@@ -113,6 +125,19 @@ def test_cli_outputs_on_a_full_disk_are_one_line(small_disk: Path, tmp_path: Pat
 
 
 # -- the store at the session's end ---------------------------------------------------------------
+
+
+def test_a_store_filling_its_disk_leaves_the_summary_and_gate_on_what_is_stored(pytester: pytest.Pytester,
+                                                                               suite: Path, store_disk: Path) -> None:
+    result = pytester.runpytest(*ARGS[:2], *ARGS[6:], f"--agentperturb-store={store_disk}/s.sqlite",
+                                "--agentperturb-max-drop=90")
+    out = result.stdout.str()
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out[-3000:]
+    assert "(database or disk is full); fix: free space on its disk" in out   # each episode not stored: an ERROR
+    (runs,) = _lines(out, "episodes run: ")
+    assert int(runs.split()[2].rstrip(",")) >= 1 and "errors: 0" not in runs   # the summary of what is stored
+    assert _lines(out, "report: ") and "gate" in out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
 class _FailingConnection:
