@@ -269,3 +269,37 @@ def test_write_text_keeps_the_old_file_when_the_write_fails(tmp_path: Path, monk
                              "disk or write elsewhere"
     assert target.read_text() == '{"gate": 1}' and [p.name for p in tmp_path.iterdir()] == ["s.json"]
     assert "(is a folder)" in unwritable(target, IsADirectoryError(21, "Is a directory"))
+
+
+def test_pages_are_swapped_in_as_a_set_a_failed_move_mixes_nothing(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_agentperturb.report import pages
+
+    def page(text: str) -> str:
+        return f"<!doctype html>{pages.GENERATOR}<p>{text}</p>"
+
+    folder = tmp_path / "r-tasks"
+    old = [("index.html", page("old index")), ("s/a.html", page("old a")), ("s/b.html", page("old b"))]
+    pages.write_pages(folder, old)
+    assert folder.stat().st_mode & 0o077   # not the private mode of a staging folder
+    before = {p: p.read_text() for p in folder.rglob("*.html")}
+    calls = []
+    real = os.replace
+
+    def replace_once(a: Any, b: Any) -> None:   # the second move of a page fails (a full disk)
+        calls.append(b)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        real(a, b)
+
+    monkeypatch.setattr(os, "replace", replace_once)
+    new = [("index.html", page("new index")), ("s/a.html", page("new a"))]
+    try:
+        written = pages.write_pages(folder, new)
+    except AgentPerturbError as exc:   # the one-file-at-a-time fallback (no renameat2 here)
+        assert "disk full" in str(exc)
+        pytest.skip("this system cannot exchange two folders in one step (renameat2); the fallback moved files")
+    assert {p.relative_to(folder).as_posix() for p in written} == {"index.html", "s/a.html"}
+    assert {p.relative_to(folder).as_posix(): p.read_text() for p in folder.rglob("*.html")} == dict(new)
+    assert before != {p: p.read_text() for p in folder.rglob("*.html")}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r-tasks"]   # the old set went with the staging folder

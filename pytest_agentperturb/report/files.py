@@ -11,6 +11,8 @@ line naming the target and the fix (:func:`unwritable` for an ``OSError``);
 the temporary file never outlives it.  :func:`is_json_with`,
 :func:`is_csv_with` and :func:`is_parquet_with` are the ``ours`` checks of
 the command line's outputs (the report's pages have their own marks).
+:func:`exchange` swaps two folders in one step where the system can (the
+report's task pages replaced as a set, :func:`~.pages.write_pages`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -101,6 +104,38 @@ def write_bytes(path: Path | str, data: bytes, *, ours: Callable[[Path], bool], 
 def write_text(path: Path | str, text: str, *, ours: Callable[[Path], bool], what: str = "file") -> Path:
     """:func:`write_bytes` of ``text`` encoded as UTF-8."""
     return write_bytes(path, text.encode("utf-8"), ours=ours, what=what)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap the folders ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``, through ctypes).
+
+    Returns False, having changed nothing, where the system or the file
+    system cannot (another system, an old C library or kernel, a file system
+    without it): the caller then moves the files one by one.
+
+    Raises:
+        OSError: the swap was possible but failed (nothing changed).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def _head(path: Path, n: int) -> bytes:
