@@ -342,9 +342,10 @@ def write_pages(folder: Path | str, pages: Iterable[tuple[str, str]]) -> list[Pa
     exchanged with it where the system can, :func:`_swapped`), or, where
     ``folder`` holds other files too, is each page renamed into place; so a
     failed write (a full disk, a page that fails to render) leaves the
-    earlier pages as they were, never a mix of old and new.  Stale means: an ``.html`` file under ``folder`` that carries
-    :data:`GENERATOR` and is not among ``pages``; other files stay, and a
-    page never replaces a file that is not an agentperturb page.
+    earlier pages as they were, never a mix of old and new.  Stale means:
+    an ``.html`` file under ``folder`` that carries :data:`GENERATOR` and is
+    not among ``pages``; other files stay, and a page never replaces a file
+    that is not an agentperturb page.
 
     Raises:
         AgentPerturbError: ``folder`` is a link or a file (the report will not write through or over it), or a

@@ -198,7 +198,8 @@ class Store:
         try:
             self._put(rec, variant_digest, described)
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot record the episode {tuple(rec.key)} ({exc}); fix: {_fix(exc)}") from None
+            raise StoreError(f"{self.path}: cannot record the episode {tuple(rec.key)} ({exc}); "
+                             f"fix: {_fix(exc)}") from None
 
     def _put(self, rec: EpisodeRecord, variant_digest: str,
              described: tuple[str, str, str, list[Any]] | None) -> None:
