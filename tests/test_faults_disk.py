@@ -134,6 +134,9 @@ def test_a_store_filling_its_disk_leaves_the_summary_and_gate_on_what_is_stored(
     out = result.stdout.str()
     assert "Traceback" not in out and "INTERNALERROR" not in out, out[-3000:]
     assert "(database or disk is full); fix: free space on its disk" in out   # each episode not stored: an ERROR
+    (line,) = _lines(out, "store: NOT fully written: ")   # and one line in the summary
+    assert f"episode(s) not stored (each an ERROR); the first: {store_disk}/s.sqlite: cannot record" in line
+    assert "fix: free space on its disk" in line, line
     (runs,) = _lines(out, "episodes run: ")
     assert int(runs.split()[2].rstrip(",")) >= 1 and "errors: 0" not in runs   # the summary of what is stored
     assert _lines(out, "report: ") and "gate" in out

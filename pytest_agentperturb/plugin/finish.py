@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 #: Attribute of an agent-failed episode's call report, made a failed report (not counted as a pytest failure).
 AGENT_FAILED_ATTR = "agentperturb_agent_failed"
+#: How an item's report begins when its episode could not be stored (:mod:`.running`, :mod:`.distribute`).
+STORE_ERROR = "results store error (not an agent failure): "
 
 
 def preload_analysis() -> threading.Thread:
@@ -70,6 +72,8 @@ class Tally:
     skip_rows: list[dict[str, Any]] = field(default_factory=list)
     harness_errors: int = 0
     invalid: dict[str, str] = field(default_factory=dict)  # node id -> why the task (suite) was not loaded
+    unstored: int = 0  # episodes that could not be stored (each its item's ERROR)
+    unstored_error: str | None = None  # why the first of them could not (the file and the fix)
 
 
 class Finish:
@@ -291,4 +295,7 @@ class Finish:
             tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")
         if self.store_error is not None:
             tr.write_line(f"store: NOT fully written: {self.store_error}", red=True)
+        if self.tally.unstored:
+            tr.write_line(f"store: NOT fully written: {self.tally.unstored} episode(s) not stored (each an ERROR); "
+                          f"the first: {self.tally.unstored_error}", red=True)
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")

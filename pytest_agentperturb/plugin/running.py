@@ -25,6 +25,7 @@ from ..model.options import Settings
 from ..model.records import EpisodeRecord, Variant
 from .collect import EpisodeFailed, PerturbItem, reproduce_line, result_args
 from .distribute import Finished
+from .finish import STORE_ERROR
 from .registries import Registries
 from .variants import VariantCache, episode_key
 
@@ -169,7 +170,7 @@ class Runner:
         try:
             self._run_item(item, variant, digest)
         except StoreError as exc:  # the harness's failure, not the agent's: an ERROR that names the file
-            pytest.fail(f"results store error (not an agent failure): {exc}", pytrace=False)
+            pytest.fail(f"{STORE_ERROR}{exc}", pytrace=False)
 
     def _run_item(self, item: PerturbItem, variant: Variant, digest: str) -> None:
         item.digest = digest
