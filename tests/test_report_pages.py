@@ -194,8 +194,8 @@ def test_pages_are_written_as_a_set_a_failed_write_changes_nothing(tmp_path: Pat
         yield "s/a.html", _page("new a")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError, match="No space left"):
-        write_pages(folder, failing())
+    with pytest.raises(AgentPerturbError, match=r"r-tasks: the report's task pages could not be written \(disk full\)"):
+        write_pages(folder, failing())   # one line naming the folder, not the staging file
     assert {p: p.read_text() for p in folder.rglob("*.html")} == before   # no mix of old and new
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r-tasks"]     # no staging folder left
     write_pages(folder, [("index.html", _page("new index")), ("s/a.html", _page("new a"))])

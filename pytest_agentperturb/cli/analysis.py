@@ -423,9 +423,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                                                               "predictors": []}
         doc["gate"] = {"configured": verdict.thresholds.configured, "failed": verdict.failed,
                        "lines": verdict.lines()}
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n",
-                                       encoding="utf-8")
+        from ..report.files import is_json_with, write_text
+
+        write_text(args.json_out, json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n",
+                   ours=is_json_with(SUMMARY_KEYS), what="--json summary")
         log.info("summary: %s", args.json_out)
     if args.out:
         from .. import report
@@ -433,6 +434,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         report.write_report(args.out, analysis, verdict, **page)
         log.info("report: %s (task pages in %s)", args.out, report.pages_folder(args.out))
     return _finish(verdict)
+
+
+#: The keys every ``analyze --json`` summary holds (a file without them is not replaced).
+SUMMARY_KEYS = ("degradation", "suite_average", "predictors", "gate")
 
 
 def parquet_engine() -> str | None:
@@ -458,11 +463,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
     for b in ("success", "compliance"):
         df[b] = pd.Series([None if pd.isna(v) else bool(v) for v in df[b]], index=df.index, dtype=object)
+    import io
+
+    from ..report.files import is_csv_with, is_parquet_with, write_bytes
+
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if args.format == "csv":
-        df.to_csv(out, index=False)
+    if args.format == "csv":   # atomically, never over a store or a file that is not an earlier export
+        write_bytes(out, df.to_csv(index=False).encode("utf-8"), ours=is_csv_with(",".join(cols)),
+                    what="CSV export")
     else:
-        df.to_parquet(out, index=False, engine=engine)
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False, engine=engine)
+        write_bytes(out, buf.getvalue(), ours=is_parquet_with(cols), what="Parquet export")
     log.info("exported %d episodes to %s", len(df), out)
     return 0

@@ -324,9 +324,10 @@ def _cmd(args: argparse.Namespace) -> int:
         for what, where, q, reply in result.misses:
             sys.stdout.write(f"  miss ({what}) {where}: {q!r} -> {reply!r}\n")
     if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+        from ..report.files import is_json_with, write_text
+
+        doc = result.to_json()   # atomically, never over a store or a file that is not an earlier check's figures
+        write_text(args.json, json.dumps(doc, indent=2) + "\n", ours=is_json_with(doc), what="--json figures")
     for p in problems:
         log.warning("question bank: %s", p)
     return 1 if problems else 0

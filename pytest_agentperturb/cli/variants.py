@@ -260,8 +260,9 @@ def generate(suite_path: Path, out: Path, families: Sequence[str], seed: int, en
             result.variants.append((task, variant))
             index["variants"].append({"task": task.id, "family": family, "operator": variant.operator,
                                       "seed": variant.seed, "path": f"{task.id}/{family}"})
-    root.mkdir(parents=True, exist_ok=True)
-    (root / INDEX).write_text(_dump(index), encoding="utf-8")
+    from ..report.files import write_text
+
+    write_text(root / INDEX, _dump(index), ours=_is_index, what="variant index")   # atomically
     return result
 
 

@@ -24,7 +24,7 @@ from ..model.errors import StoreError
 from ..model.keys import EpisodeKey
 from ..model.records import EpisodeRecord, Variant
 from ..model.options import Settings, option
-from .finish import preload_analysis
+from .finish import STORE_ERROR, preload_analysis
 
 if TYPE_CHECKING:
     from ..run.store import Store
@@ -141,7 +141,7 @@ class Controller:
             self._store().put_row(episode)
         except StoreError as exc:
             report.outcome = "failed"
-            report.longrepr = f"results store error (not an agent failure): {exc}"
+            report.longrepr = f"{STORE_ERROR}{exc}"
             return False
         return True
 

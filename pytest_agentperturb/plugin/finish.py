@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..gate import Thresholds, Verdict
+from ..model.errors import AgentPerturbError
 from ..model.options import Settings, option
 from ..model.records import EpisodeRecord
 from .results import Results
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 #: Attribute of an agent-failed episode's call report, made a failed report (not counted as a pytest failure).
 AGENT_FAILED_ATTR = "agentperturb_agent_failed"
+#: How an item's report begins when its episode could not be stored (:mod:`.running`, :mod:`.distribute`).
+STORE_ERROR = "results store error (not an agent failure): "
 
 
 def preload_analysis() -> threading.Thread:
@@ -69,6 +72,8 @@ class Tally:
     skip_rows: list[dict[str, Any]] = field(default_factory=list)
     harness_errors: int = 0
     invalid: dict[str, str] = field(default_factory=dict)  # node id -> why the task (suite) was not loaded
+    unstored: int = 0  # episodes that could not be stored (each its item's ERROR)
+    unstored_error: str | None = None  # why the first of them could not (the file and the fix)
 
 
 class Finish:
@@ -87,6 +92,8 @@ class Finish:
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
         self.report_error: str | None = None  # why the report could not be written
+        self.store_error: str | None = None  # why the store could not be closed or read back (a full disk)
+        self._store_unread = False  # nothing could be read back: the last report is kept
         self._session: pytest.Session | None = None
         self.gate_reported = False  # the gate's item ran, or its reports were sent (collect.GateItem)
         self.gate_deselected = False
@@ -109,7 +116,6 @@ class Finish:
 
     def resolve_baseline(self) -> None:
         """Find the ``--agentperturb-baseline`` run before anything runs (a bad name is a usage error)."""
-        from ..model.errors import AgentPerturbError
         from ..run.baseline import resolve_for_session
 
         try:
@@ -147,13 +153,17 @@ class Finish:
         """Stop the loop, close the store, read this session's episodes back, analyse them and judge (once)."""
         if self.verdict is not None:
             return
-        self.close()
+        self.close_store()
         from .. import report
         from ..gate import evaluate
         from ..report.coverage import coverage, coverage_html
 
         t = self.tally
-        rows = t.results.read(self.settings.store, self.settings.run_id)  # every process wrote them there
+        try:
+            rows = t.results.read(self.settings.store, self.settings.run_id)  # every process wrote them there
+        except AgentPerturbError as exc:  # one line; the summary and the gate run on what could be read: nothing
+            self.store_error = self.store_error or str(exc)
+            self._store_unread, rows = True, []
         extra = []
         if self.config.hook.pytest_agentperturb_report_sections.get_hookimpls():
             extra = self.config.hook.pytest_agentperturb_report_sections(
@@ -172,9 +182,16 @@ class Finish:
         self._page = (sections, len(table))
         self.verdict = evaluate(self.thresholds, self.analysis)
 
+    def close_store(self) -> None:
+        """:attr:`close`, a store that cannot finish its writes (a full disk) kept as :attr:`store_error`."""
+        try:
+            self.close()
+        except AgentPerturbError as exc:
+            self.store_error = self.store_error or str(exc)
+
     @pytest.hookimpl(tryfirst=True)  # before junitxml and pytest-html write their files: the gate's report is in them
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.close()
+        self.close_store()
         if self.is_worker or self.config.option.collectonly:
             return  # nothing ran: keep the last report instead of writing an empty one
         from .. import report
@@ -183,11 +200,11 @@ class Finish:
         assert self.verdict is not None  # the analysis is None when no episode was scored
         t = self.tally
         self._report_gate()
-        if t.results.episodes:  # never replace the last report by an empty one
+        if t.results.episodes and self._store_unread:
+            self.report_error = f"{self.settings.report}: the store could not be read back; the last report is kept"
+        elif t.results.episodes:  # never replace the last report by an empty one
             sections, n_rows = self._page
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(t.invalid.items())]
-            from ..model.errors import AgentPerturbError
-
             try:
                 report.write_report(self.settings.report, self.analysis, self.verdict, settings=self.settings,
                                     skipped=t.skipped, extra_sections=sections, n_rows=n_rows, notes=notes)
@@ -195,7 +212,7 @@ class Finish:
                 self.report_error = str(exc)
                 if session.exitstatus == pytest.ExitCode.OK:
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
+        if (self.verdict.failed or self.store_error is not None) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _report_gate(self) -> None:
@@ -282,4 +299,9 @@ class Finish:
             tr.write_line(f"report: {self.settings.report}")
         elif not self.config.option.collectonly:
             tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")
+        if self.store_error is not None:
+            tr.write_line(f"store: NOT fully written: {self.store_error}", red=True)
+        if self.tally.unstored:
+            tr.write_line(f"store: NOT fully written: {self.tally.unstored} episode(s) not stored (each an ERROR); "
+                          f"the first: {self.tally.unstored_error}", red=True)
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")

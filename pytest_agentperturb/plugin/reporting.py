@@ -18,7 +18,7 @@ import pytest
 
 from .collect import InvalidTask, PerturbItem
 from .distribute import Controller, episode_row
-from .finish import AGENT_FAILED_ATTR, Tally
+from .finish import AGENT_FAILED_ATTR, STORE_ERROR, Tally
 from ..model.records import EpisodeRecord
 from ..model.trajectory import GRADER
 from .results import report_row
@@ -127,6 +127,10 @@ class ReportHooks:
             t.invalid[report.nodeid] = str(invalid)
         if getattr(report, HARNESS_ERROR_ATTR, False) and not self.is_worker:
             t.harness_errors += 1
+        if report.failed and not self.is_worker and STORE_ERROR in (text := report.longreprtext):
+            t.unstored += 1   # counted once for the summary's line (the item is an ERROR already)
+            if t.unstored_error is None:
+                t.unstored_error = next(x for x in text.splitlines() if STORE_ERROR in x).split(STORE_ERROR, 1)[1]
 
 
 def failed_checks(rec: EpisodeRecord) -> list[str]:

@@ -104,7 +104,7 @@ class Results:
             return []
         from ..run.store import Store
 
-        with closing(Store(path)) as store:
+        with closing(Store(path, readonly=True)) as store:   # nothing more to write: a full disk still reads
             return self.rows(store, run_id)
 
     def rows(self, store: Store, run_id: str) -> list[dict[str, Any]]:

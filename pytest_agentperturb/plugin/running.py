@@ -25,7 +25,7 @@ from ..model.options import Settings
 from ..model.records import EpisodeRecord, Variant
 from .collect import EpisodeFailed, PerturbItem, reproduce_line, result_args
 from .distribute import Finished
-from .finish import preload_analysis
+from .finish import STORE_ERROR, preload_analysis
 from .registries import Registries
 from .variants import VariantCache, episode_key
 
@@ -75,9 +75,9 @@ class Runner:
         """Stop the episode loop (the heap stays frozen through pytest's end-of-run collections), close the store."""
         if self._batcher is not None:
             self._batcher.close(thaw=False)
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()  # a StoreError (a full disk) is the finish's to report (finish.Finish.conclude)
 
     # -- variants --------------------------------------------------------------
     def _variant(self, item: PerturbItem) -> tuple[Variant, str] | VariantSkipped:
@@ -189,7 +189,7 @@ class Runner:
         try:
             self._run_item(item, variant, digest)
         except StoreError as exc:  # the harness's failure, not the agent's: an ERROR that names the file
-            pytest.fail(f"results store error (not an agent failure): {exc}", pytrace=False)
+            pytest.fail(f"{STORE_ERROR}{exc}", pytrace=False)
 
     def _run_item(self, item: PerturbItem, variant: Variant, digest: str) -> None:
         item.digest = digest

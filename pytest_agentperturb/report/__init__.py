@@ -179,15 +179,16 @@ def write(path: Path | str, html: str) -> Path:
     """Write a rendered page to ``path`` (parents created): atomically, never through a link or over a foreign file.
 
     The page goes to a temporary file in the same folder, then replaces
-    ``path`` by a rename, so a failed write leaves the old file whole.
+    ``path`` by a rename (:func:`.files.write_text`), so a failed write
+    leaves the old file whole.
 
     Raises:
         AgentPerturbError: ``path`` is a link, a folder or another kind of
             file, or an existing file that is not a report of this package
-            (a results store, a user's file): it is never replaced.
+            (a results store, a user's file): it is never replaced; or the
+            write failed (one line: ``path``, the reason, the fix).
     """
-    import os
-    import tempfile
+    from .files import write_text
 
     p = Path(path)
     fix = "fix: move it away or write the report elsewhere (--agentperturb-report / --out)"
@@ -199,18 +200,7 @@ def write(path: Path | str, html: str) -> Path:
     if p.exists() and not _is_report(p):
         raise AgentPerturbError(f"{p}: the report path holds a file that is not an agentperturb report (a results "
                                 f"store, or someone's file); it is never overwritten; {fix}")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text(p, html, ours=_is_report, what="report")
     return p
 
 

@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ from urllib.parse import quote
 from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN, FAMILIES, INSERTED
 from .episodes import CSS, canaries_of, diff_html, episode_anchor, trajectory_html, verdict
+from .files import exchange, unwritable
 from .images import image_pairs_html
 from .svg import esc
 
@@ -335,17 +337,21 @@ def write_pages(folder: Path | str, pages: Iterable[tuple[str, str]]) -> list[Pa
 
     ``folder`` is the report's own; it is created when there is something
     to write.  Every page is first written to a staging folder beside
-    ``folder`` (same file system); only when all of them are written is each
-    renamed into place, so a failed write (a full disk, a page that fails
-    to render) leaves the earlier pages as they were, never a mix of old
-    and new.  Stale means: an ``.html`` file under ``folder`` that carries
-    :data:`GENERATOR` and is not among ``pages``; other files stay, and a
-    page never replaces a file that is not an agentperturb page.
+    ``folder`` (same file system); only when all of them are written does
+    the staging folder take ``folder``'s place in one step (renamed, or
+    exchanged with it where the system can, :func:`_swapped`), or, where
+    ``folder`` holds other files too, is each page renamed into place; so a
+    failed write (a full disk, a page that fails to render) leaves the
+    earlier pages as they were, never a mix of old and new.  Stale means:
+    an ``.html`` file under ``folder`` that carries :data:`GENERATOR` and is
+    not among ``pages``; other files stay, and a page never replaces a file
+    that is not an agentperturb page.
 
     Raises:
         AgentPerturbError: ``folder`` is a link or a file (the report will not write through or over it), or a
             page's path holds a file that is not an agentperturb page.
-        OSError: a page could not be written (nothing in ``folder`` changed).
+            A page could not be written (a full disk: one line naming ``folder``, the reason and the fix;
+            nothing in ``folder`` changed).
     """
     folder = Path(folder)
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
@@ -362,6 +368,8 @@ def write_pages(folder: Path | str, pages: Iterable[tuple[str, str]]) -> list[Pa
             page = _target(staging, rel)
             page.write_text(html, encoding="utf-8")
             staged.append((rel, page))
+        if staged and staging is not None and _swapped(staging, folder):
+            return [folder / rel for rel, _ in staged]   # the old set, now in ``staging``, goes with it
         if staged:
             folder.mkdir(exist_ok=True)
             moves = [(page, _target(folder, rel)) for rel, page in staged]
@@ -372,12 +380,39 @@ def write_pages(folder: Path | str, pages: Iterable[tuple[str, str]]) -> list[Pa
             for page, target in moves:
                 os.replace(page, target)
                 written.append(target)
+    except OSError as exc:  # one line naming the folder, not the staging file, and the fix
+        raise AgentPerturbError(unwritable(folder, exc, "report's task pages")) from None
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     if folder.is_dir():
         _remove_stale(folder, set(written))
     return written
+
+
+def _swapped(staging: Path, folder: Path) -> bool:
+    """Put the staged set in ``folder``'s place in one step, if ``folder`` is absent or holds nothing but our pages.
+
+    A new folder is the staging folder renamed; an existing one of our pages
+    alone is exchanged with it (:func:`.files.exchange`; the old set is left
+    in ``staging``).  False (nothing changed) where ``folder`` holds anything
+    else, which stays (the pages are then moved one by one), or the system
+    cannot exchange two folders.
+    """
+    if folder.exists():
+        for dirpath, dirnames, filenames in os.walk(folder):   # links to folders are listed, not followed
+            d = Path(dirpath)
+            if any((d / n).is_symlink() for n in dirnames) or not all(
+                    n.endswith(".html") and not (d / n).is_symlink() and _ours(d / n) for n in filenames):
+                return False
+        os.chmod(staging, stat.S_IMODE(folder.stat().st_mode))
+        return exchange(staging, folder)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)
+    os.rename(staging, folder)
+    staging.mkdir()   # for the caller's clean-up
+    return True
 
 
 def _remove_stale(folder: Path, keep: set[Path]) -> None:

@@ -42,6 +42,14 @@ _STORED = (*STORE_COLUMNS, *STORE_EXTRA)
 #: The columns of a row joined with its variant, as :meth:`Store.rows` reads them.
 _JOINED = (*_STORED, *VARIANT_FIELDS)
 _FIX = "point --agentperturb-store (or --store) at another file, or move this one away"
+_FULL_FIX = "free space on its disk, or point --agentperturb-store (or --store) at a file on another disk"
+
+
+def _fix(exc: sqlite3.Error) -> str:
+    """The fix for a failed write: free space when the disk is full, another file otherwise."""
+    return _FULL_FIX if "full" in str(exc).lower() else _FIX
+
+
 _INSERT_EPISODE = f"INSERT OR REPLACE INTO episodes ({', '.join(_STORED)}) VALUES ({', '.join('?' * len(_STORED))})"
 
 
@@ -89,7 +97,7 @@ class Store:
                 self._conn.execute("PRAGMA busy_timeout=60000")
                 self._create()
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: not a usable results store ({exc}); fix: {_FIX}") from None
+            raise StoreError(f"{self.path}: not a usable results store ({exc}); fix: {_fix(exc)}") from None
         except OSError as exc:
             raise StoreError(f"{self.path}: cannot open the results store ({exc}); fix: {_FIX}") from None
 
@@ -138,7 +146,15 @@ class Store:
         return _Tx(self._conn)
 
     def close(self) -> None:
-        self._conn.close()
+        """Close the connection (in WAL mode its last write to the file: a full disk fails here too).
+
+        Raises:
+            StoreError: naming the file, when SQLite cannot finish its writes.
+        """
+        try:
+            self._conn.close()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot close the results store ({exc}); fix: {_fix(exc)}") from None
 
     def record_run(self, run_id: str, config: dict[str, Any]) -> None:
         """Remember a run's configuration (first writer wins)."""
@@ -147,7 +163,7 @@ class Store:
                 self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
                                    (run_id, time.time(), json.dumps(config, sort_keys=True)))
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot record the run ({exc}); fix: {_FIX}") from None
+            raise StoreError(f"{self.path}: cannot record the run ({exc}); fix: {_fix(exc)}") from None
 
     def put(self, rec: EpisodeRecord, variant_digest: str = "", variant: Variant | None = None) -> None:
         """Insert or replace one episode, committed at once (with its variant's diff and canaries).
@@ -182,7 +198,8 @@ class Store:
         try:
             self._put(rec, variant_digest, described)
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot record the episode {tuple(rec.key)} ({exc}); fix: {_FIX}") from None
+            raise StoreError(f"{self.path}: cannot record the episode {tuple(rec.key)} ({exc}); "
+                             f"fix: {_fix(exc)}") from None
 
     def _put(self, rec: EpisodeRecord, variant_digest: str,
              described: tuple[str, str, str, list[Any]] | None) -> None:
@@ -282,12 +299,13 @@ class Store:
             return
         where, args = ("WHERE e.run_id = ?", (run_id,)) if run_id else ("", ())
         names = _JOINED
-        if {"diff", "canaries", "variant_digest"} <= self._columns("variants") and "variant_digest" in self._have:
-            sql = (f"SELECT {self._select('e.')}, v.diff, v.canaries FROM episodes e LEFT JOIN variants v "
-                   f"ON v.variant_digest = e.variant_digest {where} ORDER BY {self._order('e.')}")
-        else:
-            sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} ORDER BY {self._order('e.')}")
         try:
+            if {"diff", "canaries", "variant_digest"} <= self._columns("variants") and "variant_digest" in self._have:
+                sql = (f"SELECT {self._select('e.')}, v.diff, v.canaries FROM episodes e LEFT JOIN variants v "
+                       f"ON v.variant_digest = e.variant_digest {where} ORDER BY {self._order('e.')}")
+            else:
+                sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} "
+                       f"ORDER BY {self._order('e.')}")
             cursor = self._conn.execute(sql, args)
             while batch := cursor.fetchmany(256):
                 for r in batch:
