@@ -2,7 +2,7 @@
 
 The rule: in a ``` block without a language (or ``sh``/``bash``/``console``),
 a line starting with ``pytest ``, ``python -m pytest `` or ``agentperturb ``
-is a command (a trailing ``\\`` joins the next line; ``# ...`` comments are
+(indented or not) is a command (a trailing ``\\`` joins the next line; ``# ...`` comments are
 the shell's).  ``agentperturb gate: ...`` lines are output, not commands; an
 output line of that kind right after a command must appear in the command's
 output as written, so a figure the README shows cannot go stale.
@@ -16,11 +16,13 @@ to keep the whole file near two minutes on one core, except the two runs
 whose gate line the README shows; the review command's optional
 ``[--review-size 40]`` is left out.  Commands that need a network, a model, an
 extra, a server or a placeholder of the reader's are skipped with the reason
-in :data:`SKIP`; a README command in neither list fails the test.
+in :data:`SKIP` (and the
+agentdojo/tau2 commands where the extra is not installed); a README command in neither list fails the test.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -45,9 +47,7 @@ SKIP: dict[str, str] = {
     "--agentperturb-model M1": "M1/M2 are placeholders for the reader's models",
     "--tx socket=": "needs running xdist socket servers",
     "--tx ssh=": "needs ssh hosts",
-    "agentdojo:": "needs the agentdojo extra and its model",
     "--agentperturb-image-backend diffusers": "needs the vision extra and a local inpainting model (a placeholder path)",
-    "tau2:": "needs the tau2 extra",
     "--api-base http://127.0.0.1:P": "needs a local judge server on port P",
     "agentperturb view": "serves pages until stopped",
 }
@@ -66,7 +66,7 @@ def readme_commands() -> list[tuple[int, str, list[str]]]:
     out: list[tuple[int, str, list[str]]] = []
     in_block, lang, i = False, "", 0
     while i < len(lines):
-        line = lines[i]
+        line = lines[i].lstrip()                        # a block may be indented under a list item
         if line.startswith("```"):
             in_block, lang = not in_block, line[3:].strip()
         elif in_block and lang in ("", "sh", "bash", "console") and _OUTPUT.match(line):
@@ -94,7 +94,12 @@ def runnable(cmd: str) -> str:
 
 
 def skip_reason(cmd: str) -> str | None:
-    return next((why for key, why in SKIP.items() if key in cmd), None)
+    why = next((why for key, why in SKIP.items() if key in cmd), None)
+    if why is None and "agentdojo" in cmd and importlib.util.find_spec("agentdojo") is None:
+        why = "needs the agentdojo extra (not installed here)"
+    if why is None and "tau2:" in cmd and importlib.util.find_spec("tau2") is None:
+        why = "needs the tau2 extra (not installed here)"
+    return why
 
 
 COMMANDS = readme_commands()
