@@ -2,22 +2,24 @@
 
 The rule: in a ``` block without a language (or ``sh``/``bash``/``console``),
 a line starting with ``pytest ``, ``python -m pytest `` or ``agentperturb ``
-(indented or not) is a command (a trailing ``\\`` joins the next line; ``# ...`` comments are
-the shell's).  ``agentperturb gate: ...`` lines are output, not commands; an
-output line of that kind right after a command must appear in the command's
-output as written, so a figure the README shows cannot go stale.
+(indented or not) is a command (a trailing ``\\`` joins the next line; ``#
+...`` comments are the shell's). ``agentperturb gate: ...`` lines are output,
+not commands; an output line of that kind right after a command must appear in
+the command's output as written, so a figure the README shows cannot go stale.
 
 Each command runs in a copy of the repository's suites (and
-``tests/kv_benchmark.py``) in a temporary folder, in README order, through
-the shell, with this interpreter's ``pytest``/``agentperturb`` first on PATH.
-Two changes, both listed here: a ``pytest`` run of the workflows suite (or of
-``suites/``) that selects nothing with ``-k`` gets ``-k forward-invoice`` added,
-to keep the whole file near two minutes on one core, except the two runs
-whose gate line the README shows; the review command's optional
-``[--review-size 40]`` is left out.  Commands that need a network, a model, an
-extra, a server or a placeholder of the reader's are skipped with the reason
-in :data:`SKIP` (and the
-agentdojo/tau2 commands where the extra is not installed); a README command in neither list fails the test.
+``tests/kv_benchmark.py``) in a temporary folder, in README order, through the
+shell, with this interpreter's ``pytest``/``agentperturb`` first on PATH. Two
+changes, both listed here: a ``pytest`` run of the workflows suite (or of
+``suites/``) that selects nothing with ``-k`` gets ``-k forward-invoice``
+added, to keep the whole file near two minutes on one core, except the two
+runs whose gate line the README shows; the review command's optional
+``[--review-size 40]`` is left out. An ``agentperturb`` command runs with
+``PYTHONWARNINGS=error::RuntimeWarning``, so a numpy warning fails it.
+Commands that need a network, a model, an extra, a server or a placeholder of
+the reader's are skipped with the reason in :data:`SKIP` (and the
+agentdojo/tau2 commands where the extra is not installed); every other one
+runs and must end with an exit status :data:`RC` allows (0 unless listed).
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ def _shell(cmd: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    if cmd.startswith("agentperturb "):     # report/analyze once printed numpy's "All-NaN slice encountered"
+        env["PYTHONWARNINGS"] = "error::RuntimeWarning"
     return subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
