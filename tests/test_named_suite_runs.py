@@ -55,9 +55,10 @@ def test_with_a_path_argument_the_testpaths_conftests_still_load(tmp_path: Path)
     assert res.returncode != 0 and "tests/conftest.py was imported" in res.stdout + res.stderr
 
 
-def test_plugin_args_reads_both_spellings_of_p_and_nothing_else() -> None:
-    args = ["-p", "tests.kv_benchmark", "-pno:cacheprovider", "--agentperturb", "--pdb", "-k", "-p", "x"]
-    assert plugin_args(args) == ["-p", "tests.kv_benchmark", "-p", "no:cacheprovider", "-p", "x"]
+def test_plugin_args_reads_both_spellings_of_p_and_leaves_out_blocked_plugins() -> None:
+    args = ["-p", "tests.kv_benchmark", "-pno:cacheprovider", "--agentperturb", "--pdb", "-k", "x", "-pacme",
+            "-p", "no:anyio"]
+    assert plugin_args(args) == ["-p", "tests.kv_benchmark", "-p", "acme"]
     assert plugin_args(["--agentperturb", "-q"]) == []
 
 

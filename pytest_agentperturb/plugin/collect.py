@@ -358,21 +358,20 @@ def result_args(s: Settings) -> list[str]:
 
 
 def plugin_args(args: Sequence[str]) -> list[str]:
-    """The ``-p NAME`` options of a command line (``-p NAME``, ``-pNAME``), in order.
+    """The ``-p NAME`` options of a command line (``-p NAME``, ``-pNAME``) that load a plugin, in order.
 
     A reproduce line repeats them: a suite adapter a ``-p`` plugin provides
     (``pytest -p tests.kv_benchmark --agentperturb-suite kv``) is unknown
-    without it.  Options from ``addopts`` apply again by themselves.
+    without it.  ``-p no:NAME`` (a plugin blocked) is left out: it changes
+    how pytest runs, not what an episode gives.  Options from ``addopts``
+    apply again by themselves.
     """
     out: list[str] = []
     it = iter(args)
     for a in it:
-        if a == "-p":
-            value = next(it, None)
-            if value is not None:
-                out += ["-p", value]
-        elif a.startswith("-p") and len(a) > 2 and not a.startswith("--"):
-            out += ["-p", a[2:]]
+        value = next(it, None) if a == "-p" else a[2:] if a.startswith("-p") and len(a) > 2 else None
+        if value is not None and not value.startswith("no:"):
+            out += ["-p", value]
     return out
 
 
