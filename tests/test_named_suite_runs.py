@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from pytest_agentperturb.plugin.collect import plugin_args
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,3 +53,26 @@ def test_with_a_path_argument_the_testpaths_conftests_still_load(tmp_path: Path)
                           "--agentperturb-model", "reference/oracle", "-q"], cwd=root, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode != 0 and "tests/conftest.py was imported" in res.stdout + res.stderr
+
+
+def test_plugin_args_reads_both_spellings_of_p_and_leaves_out_blocked_plugins() -> None:
+    args = ["-p", "tests.kv_benchmark", "-pno:cacheprovider", "--agentperturb", "--pdb", "-k", "x", "-pacme",
+            "-p", "no:anyio"]
+    assert plugin_args(args) == ["-p", "tests.kv_benchmark", "-p", "acme"]
+    assert plugin_args(["--agentperturb", "-q"]) == []
+
+
+def test_the_reproduce_line_of_a_suite_from_a_p_plugin_runs_as_printed(tmp_path: Path) -> None:
+    """``pytest -p kvplug --agentperturb-suite kv``: without ``-p kvplug`` the printed line found no suite (rc 4)."""
+    shutil.copy(HERE / "kv_benchmark.py", tmp_path / "kvplug.py")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "kvplug", "--agentperturb", "--agentperturb-suite",
+                          "kv", "--agentperturb-model", "reference/literal", "-k", "context", "-q"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "agent-failed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+    lines = [ln.strip() for ln in res.stdout.splitlines() if ln.strip().startswith("reproduce: ")]
+    assert lines, res.stdout[-2000:]
+    args = shlex.split(lines[0].removeprefix("reproduce: "))
+    assert args[:3] == ["pytest", "-p", "kvplug"]
+    again = subprocess.run([sys.executable, "-m", *args, "-q"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0 and "1 agent-failed" in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]

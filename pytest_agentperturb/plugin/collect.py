@@ -357,15 +357,34 @@ def result_args(s: Settings) -> list[str]:
     return out
 
 
+def plugin_args(args: Sequence[str]) -> list[str]:
+    """The ``-p NAME`` options of a command line (``-p NAME``, ``-pNAME``) that load a plugin, in order.
+
+    A reproduce line repeats them: a suite adapter a ``-p`` plugin provides
+    (``pytest -p tests.kv_benchmark --agentperturb-suite kv``) is unknown
+    without it.  ``-p no:NAME`` (a plugin blocked) is left out: it changes
+    how pytest runs, not what an episode gives.  Options from ``addopts``
+    apply again by themselves.
+    """
+    out: list[str] = []
+    it = iter(args)
+    for a in it:
+        value = next(it, None) if a == "-p" else a[2:] if a.startswith("-p") and len(a) > 2 else None
+        if value is not None and not value.startswith("no:"):
+            out += ["-p", value]
+    return out
+
+
 def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False,
-                   extra: Sequence[str] = (), repeat: int | None = None) -> str:
+                   extra: Sequence[str] = (), repeat: int | None = None, plugins: Sequence[str] = ()) -> str:
     """A command that re-runs exactly one item (pytest rejects '::' after a folder, so -k).
 
     ``runner_args`` are the flag and value that select the agent
     (``--agentperturb-model M`` or ``--agentperturb-agent SPEC``); ``extra``
     are the other flags that change the result (endpoint, protocol limits,
     families, strict mode, ``--agentperturb-repeats K``, a pinned variant
-    seed); ``repeat`` adds ``-k ... and r<repeat>]`` to select one repeat.
+    seed); ``repeat`` adds ``-k ... and r<repeat>]`` to select one repeat;
+    ``plugins`` are the ``-p NAME`` options of the run (:func:`plugin_args`).
     Every value is shell-quoted, so the line is safe to paste; no value
     carries a secret (a URL's credentials are masked, every secret the
     redactor knows is replaced by its name).
@@ -374,7 +393,7 @@ def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool =
     family = name.split("[", 1)[0]
     where = ["--agentperturb-suite", suite] if named else [suite]
     which = f"{task} and {family}" + (f" and r{repeat}]" if repeat is not None else "")
-    args = ["pytest", "--agentperturb", *where, "-k", which, *runner_args, *extra,
+    args = ["pytest", *plugins, "--agentperturb", *where, "-k", which, *runner_args, *extra,
             "--agentperturb-seed", str(seed)]
     known = secrets()
     return "reproduce: " + " ".join(shlex.quote(redact_text(mask_url(a), known)) for a in args)

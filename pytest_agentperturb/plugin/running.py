@@ -23,7 +23,7 @@ from ..model.heap import FrozenHeap
 from ..model.keys import EpisodeKey
 from ..model.options import Settings
 from ..model.records import EpisodeRecord, Variant
-from .collect import EpisodeFailed, PerturbItem, reproduce_line, result_args
+from .collect import EpisodeFailed, PerturbItem, plugin_args, reproduce_line, result_args
 from .distribute import Finished
 from .finish import STORE_ERROR, preload_analysis
 from .registries import Registries
@@ -238,7 +238,8 @@ class Runner:
                if self.settings.variant_seed != self.settings.seed else [])
         return reproduce_line(item.nodeid, self.registries.runner_args(item.model), self.settings.seed,
                               named=self._is_named(item.nodeid), extra=[*result_args(self.settings), *extra],
-                              repeat=item.repeat if self.repeats > 1 else None)
+                              repeat=item.repeat if self.repeats > 1 else None,
+                              plugins=plugin_args(self.config.invocation_params.args))
 
     def _is_named(self, nodeid: str) -> bool:
         return nodeid.split("::", 1)[0] in self.settings.suites
