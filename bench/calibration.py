@@ -26,7 +26,7 @@ no interval and are left out of the coverage; a degenerate interval counts
 like any other.  The Monte-Carlo standard error of the family coverage is
 that of the per-run shares (the 12 families of one run are not
 independent).  The last line is ``fwer: <max over configurations>``
-(largest false-alarm rate of any gate).  The bootstrap runs with the
+(largest false-alarm rate of any gate, the regression's included).  The bootstrap runs with the
 reported number of replicates (2000), so the coverage is that of the
 intervals a run reports; ``--interval percentile`` measures the old
 percentile interval instead.
@@ -34,9 +34,28 @@ percentile interval instead.
 ``--drop 0.25`` simulates a true 25 % relative drop in every family instead
 and prints the gates' power (their breach rates) in the same table.
 
-Run: ``PYTHONPATH=. python bench/calibration.py [--runs N] [--seed S] [--quick] [--full] [--drop D]
-[--interval bca|percentile]`` (default 300 runs per configuration, about 3 minutes on one free core; ``--full``
-adds K = 5 and more sizes, several minutes).
+The **regression table** (after it; ``--tables regression`` prints it
+alone) judges ``--max-regression 0`` under ``significant`` (the exact paired
+swap test, docs/design.md section 5, "Against a baseline run"): per run it
+draws the tasks' p_i once and, from that one world, a baseline run and a
+current run per scenario, through ``baseline.compare`` and
+``gate.evaluate_regression``.  ``false alarm``: both runs from the same
+world (nominal 2.5 %).  ``cur clean x0.7`` / ``base clean x0.7``: the
+current (baseline) run's clean probabilities are 0.7 p_i, both runs lose the
+same 25 % in every family, so D and the change (0) are the same but the runs
+are not interchangeable within a task (the swap test's hypothesis does not
+hold; these are nulls of "no regression" all the same and count in
+``fwer``).  ``power +10`` / ``+25``: the current run's families lose 10 %
+(25 %) of p_i, a true regression of 10 (25) points.  ``detectable``: the
+mean stated smallest regression detected with 80 % power (``min_detectable``
+of the change row, capped at 100).  ``--reg-runs`` (default 200),
+``--reg-configs 50:1:typical,...`` and ``--reg-replicates`` (the bootstrap
+of the change; at limit 0 it only flags a degenerate interval) set it.
+
+Run: ``PYTHONPATH=. python bench/calibration.py [--runs N] [--seed S] [--quick] [--full] [--drop D] [--tables T]
+[--interval bca|percentile]`` (default 300 runs per configuration, about 3 minutes on one free core, and the regression table at 10 and 25
+tasks, K = 1, about 2 minutes more; ``--full`` adds K = 5 and more sizes, and the regression at 50 tasks, K = 3 and
+a low-score suite, several minutes more).
 """
 
 from __future__ import annotations
