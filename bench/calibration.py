@@ -52,10 +52,10 @@ of the change row, capped at 100).  ``--reg-runs`` (default 200),
 ``--reg-configs 50:1:typical,...`` and ``--reg-replicates`` (the bootstrap
 of the change; at limit 0 it only flags a degenerate interval) set it.
 
-Run: ``PYTHONPATH=. python bench/calibration.py [--runs N] [--seed S] [--quick] [--full] [--drop D] [--tables T]
-[--interval bca|percentile]`` (default 300 runs per configuration, about 3 minutes on one free core, and the regression table at 10 and 25
-tasks, K = 1, about 2 minutes more; ``--full`` adds K = 5 and more sizes, and the regression at 50 tasks, K = 3 and
-a low-score suite, several minutes more).
+Run: ``PYTHONPATH=. python bench/calibration.py [--runs N] [--seed S] [--quick] [--full] [--drop D]
+[--tables all|drops|regression] [--interval bca|percentile]`` (default 300 runs per configuration, about 3
+minutes on one free core, and the regression table at 10 and 25 tasks, K = 1, about 2 minutes more; ``--full``
+adds K = 5 and more sizes, and the regression at 50 tasks, K = 3 and a low-score suite, several minutes more).
 """
 
 from __future__ import annotations
