@@ -251,7 +251,8 @@ def main() -> None:
     if configs:
         print(f"nominal: 2.5 % (one-sided); Monte-Carlo error at 2.5 % and {args.runs} runs: "
               f"+- {100 * math.sqrt(0.025 * 0.975 / args.runs):.1f} %; coverage: {args.interval} interval, "
-              f"target 0.93-0.97 (+- {math.sqrt(0.95 * 0.05 / args.runs):.3f} at 0.95); {time.perf_counter() - start:.0f} s")
+              f"target 0.93-0.97 (+- {math.sqrt(0.95 * 0.05 / args.runs):.3f} at 0.95); "
+              f"{time.perf_counter() - start:.0f} s")
     if args.tables != "drops" and args.drop == 0:
         reg = REG_CONFIGS[:1] if args.quick else REG_CONFIGS + (REG_FULL if args.full else [])
         if args.reg_configs:
