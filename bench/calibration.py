@@ -159,7 +159,7 @@ def regression_table(rng: np.random.Generator, configs: list[tuple[int, int, str
         rate = {n: hits[n] / runs for n in names}
         worst = max(worst, rate["null"], rate["shift down"], rate["shift up"])
         cells = "  ".join(f"{_pm(rate[n], runs):>15}" for n in names)
-        print(f"{tasks:>5} {k:>2} {suite:<9}  {cells}  {float(np.mean(mdc)):8.0f} %", flush=True)
+        print(f"{tasks:>5} {k:>2} {suite:<9}  {cells}  {float(np.mean(mdc)):6.0f} pts", flush=True)
     print(f"nominal: 2.5 % (one-sided); Monte-Carlo error at 2.5 % and {runs} runs: "
           f"+- {100 * math.sqrt(0.025 * 0.975 / runs):.1f} %; detectable: mean smallest regression (points) detected "
           "with 80 % power (capped at 100)")
