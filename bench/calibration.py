@@ -54,7 +54,7 @@ of the change; at limit 0 it only flags a degenerate interval) set it.
 
 Run: ``PYTHONPATH=. python bench/calibration.py [--runs N] [--seed S] [--quick] [--full] [--drop D]
 [--tables all|drops|regression] [--interval bca|percentile]`` (default 300 runs per configuration, about 3
-minutes on one free core, and the regression table at 10 and 25 tasks, K = 1, about 2 minutes more; ``--full``
+minutes on one free core, and the regression table at 10 and 25 tasks, K = 1, about 4 minutes more; ``--full``
 adds K = 5 and more sizes, and the regression at 50 tasks, K = 3 and a low-score suite, several minutes more).
 """
 
