@@ -48,7 +48,9 @@ hold; these are nulls of "no regression" all the same and count in
 ``fwer``).  ``power +10`` / ``+25``: the current run's families lose 10 %
 (25 %) of p_i, a true regression of 10 (25) points.  ``detectable``: the
 mean stated smallest regression detected with 80 % power (``min_detectable``
-of the change row, capped at 100).  ``--reg-runs`` (default 200),
+of the change row, capped at 100).  ``--tables swap`` draws the swap test
+alone on the overall level (no episode tables, fast; also clean x0.5), the
+README's regression table.  ``--reg-runs`` (default 200),
 ``--reg-configs 50:1:typical,...`` and ``--reg-replicates`` (the bootstrap
 of the change; at limit 0 it only flags a degenerate interval) set it.
 
@@ -166,6 +168,48 @@ def regression_table(rng: np.random.Generator, configs: list[tuple[int, int, str
     return worst
 
 
+def swap_table(rng: np.random.Generator, sizes: list[int], runs: int) -> float:
+    """Direct draws of ``stats.swap_test`` on the overall level (typical suite, K = 1): the README's table.
+
+    Fast (no episode tables): per task 12 x the clean outcome and the sum of
+    the 12 families' outcomes, as ``baseline.compare`` passes them.  Columns:
+    the same world, one run's clean probabilities x0.7 or x0.5 with the same
+    25 % drop in both (change 0), and a true +10 / +25 points.  Returns the
+    largest false-alarm rate.
+    """
+    from pytest_agentperturb.analysis.stats import swap_test
+
+    cols = [("false alarm", 1.0, 1.0, 0.0, 0.0), ("base clean x0.7", 1.0, SHIFT, SHIFT_DROP, SHIFT_DROP),
+            ("cur clean x0.7", SHIFT, 1.0, SHIFT_DROP, SHIFT_DROP),
+            ("base clean x0.5", 1.0, 0.5, SHIFT_DROP, SHIFT_DROP),
+            ("cur clean x0.5", 0.5, 1.0, SHIFT_DROP, SHIFT_DROP), ("power +10", 1.0, 1.0, 0.10, 0.0),
+            ("power +25", 1.0, 1.0, 0.25, 0.0)]
+    print(f"swap test alone (overall level, typical suite, K = 1, {runs} runs per size; 4000 random swaps above 12 "
+          "tasks): breach rate at one-sided 2.5 % +- Monte-Carlo standard error")
+    print(f"{'tasks':>5}  " + "  ".join(f"{c[0]:>15}" for c in cols))
+    worst = 0.0
+    for n in sizes:
+        def run(q: np.ndarray, drop: float) -> np.ndarray:
+            clean = (rng.random(n) < q).astype(float) * len(FAMILIES)
+            pert = (rng.random((n, len(FAMILIES))) < (q * (1 - drop))[:, None]).sum(1).astype(float)
+            return np.stack([clean, pert])[:, :, None]
+
+        cells = []
+        for i, (_, sc, sb, dc, db) in enumerate(cols):
+            hits = tot = 0
+            for _ in range(runs):
+                p = rng.beta(*PRIOR["typical"], n)
+                pv = swap_test(run(sc * p, dc), run(sb * p, db), rng, 4000)[0][0]
+                if np.isfinite(pv):
+                    tot, hits = tot + 1, hits + bool(pv <= 0.025)
+            r = hits / max(tot, 1)
+            if i < 5:
+                worst = max(worst, r)
+            cells.append(f"{_pm(r, max(tot, 1)):>15}")
+        print(f"{n:>5}  " + "  ".join(cells), flush=True)
+    return worst
+
+
 def _pm(r: float, n: int) -> str:
     return f"{100 * r:5.1f} +- {100 * math.sqrt(r * (1 - r) / n):3.1f} %"
 
@@ -181,7 +225,7 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="also K = 5, 50 tasks at K = 3 and more low-score sizes")
     ap.add_argument("--drop", type=float, default=0.0,
                     help="a true relative drop (e.g. 0.25) in every family: the rates are then the power")
-    ap.add_argument("--tables", choices=["all", "drops", "regression"], default="all",
+    ap.add_argument("--tables", choices=["all", "drops", "regression", "swap"], default="all",
                     help="which tables to print (the drop thresholds', the regression's, or both)")
     ap.add_argument("--reg-runs", type=int, default=200, help="runs per configuration of the regression table")
     ap.add_argument("--reg-replicates", type=int, default=N_BOOTSTRAP,
@@ -198,7 +242,7 @@ def main() -> None:
     start = time.perf_counter()
     what = "false alarm" if args.drop == 0 else f"power (true drop {100 * args.drop:g} % in every family)"
     configs = CONFIGS[:2] if args.quick else CONFIGS + (FULL if args.full else [])
-    if args.tables == "regression":
+    if args.tables in ("regression", "swap"):
         configs = []
     else:
         print(f"{'null world' if args.drop == 0 else 'drop world'}, {args.runs} runs per configuration; {what} "
@@ -253,7 +297,9 @@ def main() -> None:
               f"+- {100 * math.sqrt(0.025 * 0.975 / args.runs):.1f} %; coverage: {args.interval} interval, "
               f"target 0.93-0.97 (+- {math.sqrt(0.95 * 0.05 / args.runs):.3f} at 0.95); "
               f"{time.perf_counter() - start:.0f} s")
-    if args.tables != "drops" and args.drop == 0:
+    if args.tables == "swap":
+        worst = swap_table(rng, [10, 25] if args.quick else [10, 25, 50], args.reg_runs)
+    elif args.tables != "drops" and args.drop == 0:
         reg = REG_CONFIGS[:1] if args.quick else REG_CONFIGS + (REG_FULL if args.full else [])
         if args.reg_configs:
             reg = [(int(t), int(k), s) for t, k, s in (c.split(":") for c in args.reg_configs.split(","))]
