@@ -133,7 +133,8 @@ def test_calibration_bench_prints_coverage_and_ends_with_fwer(capsys: pytest.Cap
     from pathlib import Path
 
     bench = Path(__file__).resolve().parent.parent / "bench" / "calibration.py"
-    monkeypatch.setattr("sys.argv", ["calibration.py", "--quick", "--runs", "4", "--replicates", "200"])
+    monkeypatch.setattr("sys.argv", ["calibration.py", "--quick", "--runs", "4", "--replicates", "200",
+                                     "--reg-runs", "3", "--reg-replicates", "100"])
     runpy.run_path(str(bench), run_name="__main__")
     lines = capsys.readouterr().out.strip().splitlines()
     assert "cover overall" in lines[1] and "cover families" in lines[1]
@@ -141,5 +142,8 @@ def test_calibration_bench_prints_coverage_and_ends_with_fwer(capsys: pytest.Cap
     for row in rows:
         cov = [float(x) for x in row.split()[-6::3]]          # "0.950 +- 0.022  0.917 +- 0.011"
         assert len(cov) == 2 and all(0.0 <= c <= 1.0 for c in cov)
-    assert "coverage: bca interval" in lines[-2]
-    assert lines[-1].startswith("fwer: ")
+    assert "coverage: bca interval" in lines[4]
+    assert lines[5].startswith("regression against a baseline run") and "power +25" in lines[6]
+    reg = lines[7].split()                                    # "10  1 typical  2.3 +- 0.9 %  ...  94 pts"
+    assert reg[:3] == ["10", "1", "typical"] and reg[-1] == "pts" and len(reg) == 3 + 5 * 4 + 2
+    assert lines[-1].startswith("fwer: ") and float(lines[-1].split()[1]) <= 1.0
