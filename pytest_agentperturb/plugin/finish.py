@@ -78,7 +78,8 @@ class Finish:
                  close: Callable[[], None]) -> None:
         self.config, self.settings, self.thresholds = config, settings, thresholds
         self.tally = tally
-        self.close = close  # stops the episode loop and closes the store (Runner.close)
+        self._close = close  # stops the episode loop and closes the store (Runner.close)
+        self.store_error: str | None = None  # why the store's last batch could not be written
         self.is_worker = hasattr(config, "workerinput")
         self.started = time.perf_counter()
         self.coverage: list[SuiteCoverage] = []
@@ -94,6 +95,17 @@ class Finish:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._session = session
+
+    def close(self) -> None:
+        """Stop the loop and close the store; a last batch that cannot be written is a harness error, counted once."""
+        from ..model.errors import StoreError
+
+        try:
+            self._close()
+        except StoreError as exc:
+            if self.store_error is None:
+                self.store_error = str(exc)
+                self.tally.harness_errors += 1
 
     @pytest.hookimpl(tryfirst=True)  # before the session counts the report (and stops at --maxfail)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -186,6 +198,8 @@ class Finish:
         if t.results.episodes:  # never replace the last report by an empty one
             sections, n_rows = self._page
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(t.invalid.items())]
+            if self.store_error is not None:
+                notes.append(f"episodes missing from the store (and from this report): {self.store_error}")
             from ..model.errors import AgentPerturbError
 
             try:
@@ -195,6 +209,8 @@ class Finish:
                 self.report_error = str(exc)
                 if session.exitstatus == pytest.ExitCode.OK:
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.store_error is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.verdict.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -270,6 +286,8 @@ class Finish:
         for line in (self.verdict.lines() if self.verdict is not None else []):
             tr.write_line(line, red=self.verdict is not None and self.verdict.failed
                           and ("breached" in line or "not evaluated" in line))
+        if self.store_error is not None:
+            tr.write_line(f"results store error (not an agent failure): {self.store_error}", red=True)
         if self.report_error is not None:
             tr.write_line(f"report: NOT written: {self.report_error}", red=True)
         elif res.episodes:

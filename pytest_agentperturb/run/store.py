@@ -3,8 +3,18 @@
 One process writes it: the pytest process that ran the episodes, or,
 under xdist, the controller as each item's report arrives (workers, perhaps
 on other hosts, never open it).  It is opened in WAL mode with a generous
-busy timeout and each episode is committed as soon as it is stored, so a run
-killed mid-way loses at most the episodes in flight.  Rows are keyed by
+busy timeout.  Episodes are committed in groups, one transaction per batch:
+:meth:`Store.put` buffers a row and commits what is buffered once
+:data:`BATCH_ROWS` rows are pending, and a timer commits them
+:data:`BATCH_SECONDS` after the first of them was buffered, whichever comes
+first; every read of this connection, and :meth:`Store.close`, commits what
+is buffered first (:meth:`Store.get`, resume's look-up per item, looks in the
+buffer instead).  A run killed mid-way (SIGKILL: nothing can run) therefore
+loses the episodes in flight plus at most the episodes finished in the last
+``BATCH_SECONDS`` (fewer than ``BATCH_ROWS`` of them); ``--agentperturb-resume``
+reruns exactly those.  A batch that cannot be written stays buffered and
+raises a :class:`~..model.errors.StoreError` saying how many episodes it
+holds.  Rows are keyed by
 the :class:`~..model.keys.EpisodeKey` (run_id, model, suite, task, family, seed, repeat): writing the same episode
 again replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
 reused only if the variant it was run on is byte-identical to today's.
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
@@ -42,7 +53,14 @@ _STORED = (*STORE_COLUMNS, *STORE_EXTRA)
 #: The columns of a row joined with its variant, as :meth:`Store.rows` reads them.
 _JOINED = (*_STORED, *VARIANT_FIELDS)
 _FIX = "point --agentperturb-store (or --store) at another file, or move this one away"
+#: A batch is committed once this many episodes are buffered ...
+BATCH_ROWS = 64
+#: ... or this many seconds after its first episode was buffered, whichever comes first.
+BATCH_SECONDS = 0.5
 _INSERT_EPISODE = f"INSERT OR REPLACE INTO episodes ({', '.join(_STORED)}) VALUES ({', '.join('?' * len(_STORED))})"
+
+
+_Described = tuple[str, str, str, list[Any]]  # a variant's family, operator, diff and canaries
 
 
 def _episodes_ddl(table: str) -> str:
@@ -72,6 +90,12 @@ class Store:
         self.readonly = readonly
         self._have: set[str] = set()
         self._variants_written: set[str] = set()  # digests this connection already wrote to ``variants``
+        # the batch not yet committed: episode key -> (record, row values, digest, variant described or None)
+        self._pending: dict[tuple[Any, ...], tuple[EpisodeRecord, list[Any], str, _Described | None]] = {}
+        self._pending_variants: dict[str, _Described] = {}  # put_variant's rows not yet committed
+        self._oldest = 0.0  # monotonic time the batch's first row was buffered
+        self._lock = threading.RLock()  # the connection is shared with the flush timer's thread
+        self._timer: threading.Timer | None = None
         try:
             if readonly:
                 self._conn = _connect_readonly(self.path)
@@ -83,7 +107,8 @@ class Store:
                                      f"{', '.join(missing)}: not a pytest-agentperturb store; fix: {_FIX}")
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+                self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
+                                             check_same_thread=False)  # the timer's flush: under ``_lock``
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute("PRAGMA busy_timeout=60000")
@@ -138,12 +163,83 @@ class Store:
         return _Tx(self._conn)
 
     def close(self) -> None:
-        self._conn.close()
+        """Commit what is buffered, then close the connection (closed even when the commit fails).
+
+        Raises:
+            StoreError: when the buffered episodes cannot be written (they are lost; the message counts them).
+        """
+        with self._lock:
+            try:
+                self.flush()
+            finally:
+                self._cancel_timer()
+                self._conn.close()
+
+    # -- the batch ----------------------------------------------------------------
+    def pending(self) -> int:
+        """Episodes buffered and not yet committed."""
+        return len(self._pending)
+
+    def flush(self) -> None:
+        """Commit the buffered episodes and variants in one transaction (nothing to do: no transaction).
+
+        Raises:
+            StoreError: naming the file and how many episodes are buffered; they stay buffered for the next try.
+        """
+        with self._lock:
+            if not self._pending and not self._pending_variants:
+                return
+            batch, variants = list(self._pending.values()), dict(self._pending_variants)
+            try:
+                self._put(batch, variants)
+            except sqlite3.Error as exc:
+                n = len(batch)
+                what = f"{n} buffered episode(s)" if n else f"{len(variants)} buffered variant(s)"
+                raise StoreError(f"{self.path}: cannot record {what} ({exc}); fix: {_FIX}") from None
+            self._pending.clear()
+            self._pending_variants.clear()
+            self._variants_written.update(variants)
+            self._variants_written.update(d for _, _, d, described in batch if d and described is not None)
+
+    def _buffered(self) -> None:
+        """A row was buffered: commit the batch when it is full or old enough, else make sure the timer will."""
+        if len(self._pending) >= BATCH_ROWS or time.monotonic() - self._oldest >= BATCH_SECONDS:
+            self.flush()
+        elif self._timer is None:
+            self._timer = threading.Timer(BATCH_SECONDS, self._on_timer)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_timer(self) -> None:
+        """The timer's thread: commit the batch (a failure leaves it buffered for the next put or close to raise)."""
+        with self._lock:
+            self._timer = None
+            if not self._pending and not self._pending_variants:
+                return
+            young = BATCH_SECONDS - (time.monotonic() - self._oldest)
+            if young > 0:  # a batch begun after the one this timer was armed for (that one was committed when full)
+                self._timer = threading.Timer(young, self._on_timer)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+            try:
+                self.flush()
+            except StoreError:
+                pass
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _start_batch(self) -> None:
+        if not self._pending and not self._pending_variants:
+            self._oldest = time.monotonic()
 
     def record_run(self, run_id: str, config: dict[str, Any]) -> None:
         """Remember a run's configuration (first writer wins)."""
         try:
-            with self._tx():
+            with self._lock, self._tx():
                 self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
                                    (run_id, time.time(), json.dumps(config, sort_keys=True)))
         except sqlite3.Error as exc:
@@ -177,41 +273,43 @@ class Store:
             canaries = json.loads(canaries)
         self._put_safely(rec, digest, (rec.family, rec.operator, str(row.get("diff") or ""), list(canaries)))
 
-    def _put_safely(self, rec: EpisodeRecord, variant_digest: str,
-                    described: tuple[str, str, str, list[Any]] | None) -> None:
-        try:
-            self._put(rec, variant_digest, described)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot record the episode {tuple(rec.key)} ({exc}); fix: {_FIX}") from None
-
-    def _put(self, rec: EpisodeRecord, variant_digest: str,
-             described: tuple[str, str, str, list[Any]] | None) -> None:
-        """One transaction: the episode, and its variant (family, operator, diff, canaries) if new."""
+    def _put_safely(self, rec: EpisodeRecord, variant_digest: str, described: _Described | None) -> None:
+        """Buffer one episode (replacing a buffered one of its key); commit the batch when it is due."""
         row = rec.to_row()
         vals = [row[c] for c in STORE_COLUMNS] + [variant_digest, time.time()]
+        with self._lock:
+            self._start_batch()
+            self._pending[tuple(rec.key)] = (rec, vals, variant_digest, described)
+            self._buffered()
+
+    def _put(self, batch: list[tuple[EpisodeRecord, list[Any], str, _Described | None]],
+             variants: dict[str, _Described]) -> None:
+        """One transaction: the batch's episodes, and their variants (family, operator, diff, canaries) if new."""
         with self._tx():
-            self._conn.execute(_INSERT_EPISODE, vals)
-            if described is not None and variant_digest and variant_digest not in self._variants_written:
-                self._put_variant(variant_digest, described)
-        if described is not None and variant_digest:
-            self._variants_written.add(variant_digest)  # committed: the next episode of it need not write it
+            self._conn.executemany(_INSERT_EPISODE, [vals for _, vals, _, _ in batch])
+            new = dict(variants)
+            for _, _, digest, described in batch:
+                if described is not None and digest:
+                    new.setdefault(digest, described)
+            for digest, described in new.items():
+                if digest not in self._variants_written:
+                    self._put_variant(digest, described)
 
     def put_variant(self, variant_digest: str, variant: Variant) -> None:
         """Record a variant's diff and canaries if the store lacks them (a reused episode of an older store).
 
+        Buffered like an episode (committed with the batch).
+
         Raises:
-            StoreError: naming the file, when SQLite cannot write.
+            StoreError: naming the file, when the batch is due and SQLite cannot write.
         """
-        if variant_digest in self._variants_written:
+        if variant_digest in self._variants_written or variant_digest in self._pending_variants:
             return
         described = (variant.family, variant.operator, variant.edit_text, [asdict(c) for c in variant.canaries])
-        try:
-            with self._tx():
-                self._put_variant(variant_digest, described)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot record the variant {variant_digest[:12]} ({exc}); "
-                             f"fix: {_FIX}") from None
-        self._variants_written.add(variant_digest)
+        with self._lock:
+            self._start_batch()
+            self._pending_variants[variant_digest] = described
+            self._buffered()
 
     def _put_variant(self, variant_digest: str, described: tuple[str, str, str, list[Any]]) -> None:
         """Write a variant's row (family, operator, diff, canaries) unless one exists; inside a transaction."""
@@ -238,19 +336,27 @@ class Store:
         """ORDER BY the key (a store older than repeats has none: every row is repeat 0)."""
         return ", ".join(prefix + k for k in KEY if k in self._have)
 
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+    def _read(self, sql: str, args: tuple[Any, ...] = (), *, flush: bool = True) -> list[Any]:
+        """Rows of a query, what is buffered committed first (unless ``flush=False``: the caller looked there)."""
         if not self._have:  # an empty file or a store without episodes yet
             return []
         try:
-            return list(self._conn.execute(sql, args))
+            with self._lock:
+                if flush:
+                    self.flush()
+                return list(self._conn.execute(sql, args))
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the results store ({exc}); fix: {_FIX}") from None
 
     def get(self, key: EpisodeKey, variant_digest: str) -> EpisodeRecord | None:
-        """A recorded, error-free episode of that key and variant, if any."""
+        """A recorded, error-free episode of that key and variant, if any (a buffered one too: no commit)."""
+        buffered = self._pending.get(tuple(key))
+        if buffered is not None:
+            rec, _, digest, _ = buffered
+            return rec if digest == variant_digest and not rec.error else None
         q = " AND ".join(f"{k} = ?" if k in self._have else "? = 0" for k in KEY)
         rows = self._read(f"SELECT {self._select()} FROM episodes WHERE {q} AND variant_digest = ? "
-                          "AND (error IS NULL OR error = '')", (*key, variant_digest))
+                          "AND (error IS NULL OR error = '')", (*key, variant_digest), flush=False)
         return EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, rows[0]))) if rows else None
 
     def finished(self, run_id: str) -> list[dict[str, Any]]:
@@ -288,7 +394,9 @@ class Store:
         else:
             sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} ORDER BY {self._order('e.')}")
         try:
-            cursor = self._conn.execute(sql, args)
+            with self._lock:
+                self.flush()
+                cursor = self._conn.execute(sql, args)
             while batch := cursor.fetchmany(256):
                 for r in batch:
                     yield dict(zip(names, r))
@@ -311,8 +419,10 @@ class Store:
         if not self._have:
             return
         try:
-            cursor = self._conn.execute(f"SELECT {self._select(skip=('trajectory',))} FROM episodes "
-                                        f"ORDER BY {self._order()}")
+            with self._lock:
+                self.flush()
+                cursor = self._conn.execute(f"SELECT {self._select(skip=('trajectory',))} FROM episodes "
+                                            f"ORDER BY {self._order()}")
             while batch := cursor.fetchmany(512):
                 for r in batch:
                     yield dict(zip(_STORED, r))
