@@ -97,7 +97,10 @@ class Finish:
         self._session = session
 
     def close(self) -> None:
-        """Stop the loop and close the store; a last batch that cannot be written is a harness error, counted once."""
+        """Stop the loop and close the store; a last batch that cannot be written fails the session.
+
+        Its episodes that no item's ERROR counted yet (their items passed or failed) count as harness errors.
+        """
         from ..model.errors import StoreError
 
         try:
@@ -105,7 +108,7 @@ class Finish:
         except StoreError as exc:
             if self.store_error is None:
                 self.store_error = str(exc)
-                self.tally.harness_errors += 1
+                self.tally.harness_errors += exc.unreported
 
     @pytest.hookimpl(tryfirst=True)  # before the session counts the report (and stops at --maxfail)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

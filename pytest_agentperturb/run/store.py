@@ -93,6 +93,7 @@ class Store:
         # the batch not yet committed: episode key -> (record, row values, digest, variant described or None)
         self._pending: dict[tuple[Any, ...], tuple[EpisodeRecord, list[Any], str, _Described | None]] = {}
         self._pending_variants: dict[str, _Described] = {}  # put_variant's rows not yet committed
+        self._raised: set[tuple[Any, ...]] = set()  # buffered episodes whose own put raised (their item's ERROR)
         self._oldest = 0.0  # monotonic time the batch's first row was buffered
         self._lock = threading.RLock()  # the connection is shared with the flush timer's thread
         self._timer: threading.Timer | None = None
@@ -195,7 +196,9 @@ class Store:
             except sqlite3.Error as exc:
                 n = len(batch)
                 what = f"{n} buffered episode(s)" if n else f"{len(variants)} buffered variant(s)"
-                raise StoreError(f"{self.path}: cannot record {what} ({exc}); fix: {_FIX}") from None
+                raise StoreError(f"{self.path}: cannot record {what} ({exc}); fix: {_FIX}",
+                                 unreported=len(self._pending.keys() - self._raised)) from None
+            self._raised.clear()
             self._pending.clear()
             self._pending_variants.clear()
             self._variants_written.update(variants)
@@ -277,10 +280,15 @@ class Store:
         """Buffer one episode (replacing a buffered one of its key); commit the batch when it is due."""
         row = rec.to_row()
         vals = [row[c] for c in STORE_COLUMNS] + [variant_digest, time.time()]
+        key = tuple(rec.key)
         with self._lock:
             self._start_batch()
-            self._pending[tuple(rec.key)] = (rec, vals, variant_digest, described)
-            self._buffered()
+            self._pending[key] = (rec, vals, variant_digest, described)
+            try:
+                self._buffered()
+            except StoreError:
+                self._raised.add(key)  # its item reports the error; the row stays buffered for the next try
+                raise
 
     def _put(self, batch: list[tuple[EpisodeRecord, list[Any], str, _Described | None]],
              variants: dict[str, _Described]) -> None:
