@@ -254,9 +254,9 @@ class Store:
         Raises:
             StoreError: naming the file, when SQLite cannot write (disk full, locked, read-only).
         """
-        described = None if variant is None else (variant.family, variant.operator, variant.edit_text,
-                                                  [asdict(c) for c in variant.canaries])
-        self._put_safely(rec, variant_digest, described)
+        described = None if variant is None or variant_digest in self._variants_written \
+            else (variant.family, variant.operator, variant.edit_text, [asdict(c) for c in variant.canaries])
+        self._put_safely(rec, variant_digest, described)  # (a variant already written is not described again)
 
     def put_row(self, row: dict[str, Any]) -> None:
         """Insert or replace one episode given as a row: the inverse of :meth:`rows`.
