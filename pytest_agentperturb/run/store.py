@@ -95,7 +95,9 @@ class Store:
         self._pending_variants: dict[str, _Described] = {}  # put_variant's rows not yet committed
         self._raised: set[tuple[Any, ...]] = set()  # buffered episodes whose own put raised (their item's ERROR)
         self._oldest = 0.0  # monotonic time the batch's first row was buffered
-        self._lock = threading.RLock()  # the connection is shared with the flush timer's thread
+        self._writing: dict[tuple[Any, ...], tuple[EpisodeRecord, list[Any], str, _Described | None]] = {}
+        self._lock = threading.Lock()  # the buffer (see "the batch" below)
+        self._conn_lock = threading.RLock()  # the connection, shared with the flush timer's thread
         self._timer: threading.Timer | None = None
         try:
             if readonly:
@@ -109,7 +111,7 @@ class Store:
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
-                                             check_same_thread=False)  # the timer's flush: under ``_lock``
+                                             check_same_thread=False)  # the timer's flush: under ``_conn_lock``
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute("PRAGMA busy_timeout=60000")
@@ -120,7 +122,8 @@ class Store:
             raise StoreError(f"{self.path}: cannot open the results store ({exc}); fix: {_FIX}") from None
 
     def _columns(self, table: str) -> set[str]:
-        return {str(r[1]) for r in self._conn.execute(f"PRAGMA table_info({table})")}
+        with self._conn_lock:
+            return {str(r[1]) for r in self._conn.execute(f"PRAGMA table_info({table})")}
 
     def _check_version(self) -> None:
         """Refuse a store written by a newer schema (its rows may mean something else)."""
@@ -169,17 +172,22 @@ class Store:
         Raises:
             StoreError: when the buffered episodes cannot be written (they are lost; the message counts them).
         """
-        with self._lock:
-            try:
-                self.flush()
-            finally:
+        try:
+            self.flush()
+        finally:
+            with self._lock:
                 self._cancel_timer()
+            with self._conn_lock:
                 self._conn.close()
 
     # -- the batch ----------------------------------------------------------------
+    # Two locks: ``_lock`` guards the buffer (held for moments: pytest's thread never waits for a write behind
+    # it), ``_conn_lock`` the connection (held through a batch's transaction).  Never take ``_conn_lock`` while
+    # holding ``_lock``.
     def pending(self) -> int:
-        """Episodes buffered and not yet committed."""
-        return len(self._pending)
+        """Episodes buffered and not yet committed (a batch being written counts until it is)."""
+        with self._lock:
+            return len(self._pending) + len(self._writing)
 
     def flush(self) -> None:
         """Commit the buffered episodes and variants in one transaction (nothing to do: no transaction).
@@ -187,31 +195,47 @@ class Store:
         Raises:
             StoreError: naming the file and how many episodes are buffered; they stay buffered for the next try.
         """
-        with self._lock:
-            if not self._pending and not self._pending_variants:
-                return
-            batch, variants = list(self._pending.values()), dict(self._pending_variants)
+        with self._conn_lock:
+            with self._lock:
+                if not self._pending and not self._pending_variants:
+                    return
+                taken, variants, oldest = dict(self._pending), dict(self._pending_variants), self._oldest
+                self._writing = taken  # still seen by get() while it is written
+                self._pending.clear()
+                self._pending_variants.clear()
             try:
-                self._put(batch, variants)
+                self._put(list(taken.values()), variants)
             except sqlite3.Error as exc:
-                n = len(batch)
+                with self._lock:  # back into the buffer, behind any newer row of the same key
+                    for k, v in taken.items():
+                        self._pending.setdefault(k, v)
+                    for d, described in variants.items():
+                        self._pending_variants.setdefault(d, described)
+                    self._oldest = min(oldest, self._oldest) if len(self._pending) > len(taken) else oldest
+                    self._writing = {}
+                    unreported = len(self._pending.keys() - self._raised)
+                    n = len(self._pending)
                 what = f"{n} buffered episode(s)" if n else f"{len(variants)} buffered variant(s)"
                 raise StoreError(f"{self.path}: cannot record {what} ({exc}); fix: {_FIX}",
-                                 unreported=len(self._pending.keys() - self._raised)) from None
-            self._raised.clear()
-            self._pending.clear()
-            self._pending_variants.clear()
-            self._variants_written.update(variants)
-            self._variants_written.update(d for _, _, d, described in batch if d and described is not None)
+                                 unreported=unreported) from None
+            with self._lock:
+                self._writing = {}
+                self._raised -= taken.keys()
+                self._variants_written.update(variants)
+                self._variants_written.update(d for _, _, d, described in taken.values() if d and described is not None)
 
-    def _buffered(self) -> None:
-        """A row was buffered: commit the batch when it is full or old enough, else make sure the timer will."""
+    def _due(self) -> bool:
+        """Under ``_lock``, a row just buffered: whether the batch is due (full or old); else arm the timer."""
         if len(self._pending) >= BATCH_ROWS or time.monotonic() - self._oldest >= BATCH_SECONDS:
-            self.flush()
-        elif self._timer is None:
-            self._timer = threading.Timer(BATCH_SECONDS, self._on_timer)
-            self._timer.daemon = True
-            self._timer.start()
+            return True
+        if self._timer is None:
+            self._arm(BATCH_SECONDS)
+        return False
+
+    def _arm(self, seconds: float) -> None:
+        self._timer = threading.Timer(seconds, self._on_timer)
+        self._timer.daemon = True
+        self._timer.start()
 
     def _on_timer(self) -> None:
         """The timer's thread: commit the batch (a failure leaves it buffered for the next put or close to raise)."""
@@ -221,14 +245,12 @@ class Store:
                 return
             young = BATCH_SECONDS - (time.monotonic() - self._oldest)
             if young > 0:  # a batch begun after the one this timer was armed for (that one was committed when full)
-                self._timer = threading.Timer(young, self._on_timer)
-                self._timer.daemon = True
-                self._timer.start()
+                self._arm(young)
                 return
-            try:
-                self.flush()
-            except StoreError:
-                pass
+        try:
+            self.flush()
+        except StoreError:
+            pass
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -242,7 +264,7 @@ class Store:
     def record_run(self, run_id: str, config: dict[str, Any]) -> None:
         """Remember a run's configuration (first writer wins)."""
         try:
-            with self._lock, self._tx():
+            with self._conn_lock, self._tx():
                 self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
                                    (run_id, time.time(), json.dumps(config, sort_keys=True)))
         except sqlite3.Error as exc:
@@ -284,10 +306,13 @@ class Store:
         with self._lock:
             self._start_batch()
             self._pending[key] = (rec, vals, variant_digest, described)
+            due = self._due()
+        if due:
             try:
-                self._buffered()
+                self.flush()
             except StoreError:
-                self._raised.add(key)  # its item reports the error; the row stays buffered for the next try
+                with self._lock:
+                    self._raised.add(key)  # its item reports the error; the row stays buffered for the next try
                 raise
 
     def _put(self, batch: list[tuple[EpisodeRecord, list[Any], str, _Described | None]],
@@ -317,7 +342,9 @@ class Store:
         with self._lock:
             self._start_batch()
             self._pending_variants[variant_digest] = described
-            self._buffered()
+            due = self._due()
+        if due:
+            self.flush()
 
     def _put_variant(self, variant_digest: str, described: tuple[str, str, str, list[Any]]) -> None:
         """Write a variant's row (family, operator, diff, canaries) unless one exists; inside a transaction."""
@@ -348,17 +375,22 @@ class Store:
         """Rows of a query, what is buffered committed first (unless ``flush=False``: the caller looked there)."""
         if not self._have:  # an empty file or a store without episodes yet
             return []
+        if flush:
+            self.flush()
         try:
-            with self._lock:
-                if flush:
-                    self.flush()
+            with self._conn_lock:
                 return list(self._conn.execute(sql, args))
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the results store ({exc}); fix: {_FIX}") from None
 
+    def _fetch(self, cursor: sqlite3.Cursor, n: int) -> list[Any]:
+        with self._conn_lock:
+            return cursor.fetchmany(n)
+
     def get(self, key: EpisodeKey, variant_digest: str) -> EpisodeRecord | None:
         """A recorded, error-free episode of that key and variant, if any (a buffered one too: no commit)."""
-        buffered = self._pending.get(tuple(key))
+        with self._lock:
+            buffered = self._pending.get(tuple(key)) or self._writing.get(tuple(key))
         if buffered is not None:
             rec, _, digest, _ = buffered
             return rec if digest == variant_digest and not rec.error else None
@@ -401,11 +433,11 @@ class Store:
                    f"ON v.variant_digest = e.variant_digest {where} ORDER BY {self._order('e.')}")
         else:
             sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} ORDER BY {self._order('e.')}")
+        self.flush()
         try:
-            with self._lock:
-                self.flush()
+            with self._conn_lock:
                 cursor = self._conn.execute(sql, args)
-            while batch := cursor.fetchmany(256):
+            while batch := self._fetch(cursor, 256):
                 for r in batch:
                     yield dict(zip(names, r))
         except sqlite3.Error as exc:
@@ -426,12 +458,12 @@ class Store:
         """
         if not self._have:
             return
+        self.flush()
         try:
-            with self._lock:
-                self.flush()
+            with self._conn_lock:
                 cursor = self._conn.execute(f"SELECT {self._select(skip=('trajectory',))} FROM episodes "
                                             f"ORDER BY {self._order()}")
-            while batch := cursor.fetchmany(512):
+            while batch := self._fetch(cursor, 512):
                 for r in batch:
                     yield dict(zip(_STORED, r))
         except sqlite3.Error as exc:
