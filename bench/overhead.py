@@ -58,9 +58,20 @@ dependency): inspect_ai with its mock model (no HTTP call at all) spent
 about 8.8 ms per sample (one model call) and 3.2 s of start-up on the same
 2-core machine.
 
+With ``--main-job`` it measures the README's main job instead (the
+workflows suite, both reference agents, serially), ``--rounds`` times, each
+run beside ``--against DIR``'s: the wall and CPU seconds of the whole
+process, and the wall seconds spent writing the results store (every
+thread, the batch timer's too: ``bench/store_meter.py``) as a share of the
+test loop (the episode phase); whether both checkouts recorded the same
+episodes (rewards, verdicts, operators) and printed the same summary.  Its
+last line is ``main_job_store_share_pct: <median share of this checkout>``, the
+share of the writes on pytest's thread (what the test loop waits for).
+
 Usage::
 
     python bench/overhead.py [--rounds 3] [--small 1] [--large 3] [--steps 1] [--concurrency 16] [--against DIR]
+    python bench/overhead.py --main-job [--rounds 3] [--against DIR]
 """
 
 from __future__ import annotations
@@ -71,6 +82,7 @@ import os
 import re
 import resource
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -78,6 +90,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 #: as in this repository's pytest settings (pyproject.toml): third-party plugins the runs do not use
@@ -256,6 +269,96 @@ def med(values: list[float]) -> float:
     return statistics.median(values)
 
 
+MAIN_JOB_AGENTS = ("reference/literal", "reference/careful")
+_SAME = ("model, suite, task, family, seed, repeat, reward, success, compliance, operator, error, tool_calls, "
+         "turns, input_tokens, output_tokens")
+
+
+@dataclass
+class MainJob:
+    """One run of the README's main job: wall and CPU seconds, store-writing and test-loop wall seconds."""
+
+    wall: float
+    cpu: float
+    store: float
+    store_cpu: float
+    store_main: float
+    loop: float
+    calls: int
+    rows: list[tuple[Any, ...]]
+    summary: list[str]
+
+    @property
+    def share(self) -> float:
+        """The store's writes, as a percentage of the test loop's wall time."""
+        return 100 * self.store / self.loop
+
+    @property
+    def main_share(self) -> float:
+        """The store's writes on pytest's thread, as a percentage of the test loop's wall time."""
+        return 100 * self.store_main / self.loop
+
+
+def main_job(cwd: Path, root: Path) -> MainJob:
+    """The main job (README's first command) in ``cwd`` with the checkout at ``root``, metered by store_meter."""
+    meter = cwd / "main.store.json"
+    for old in cwd.glob("main.*"):
+        old.unlink()
+    models = [arg for m in MAIN_JOB_AGENTS for arg in ("--agentperturb-model", m)]
+    cmd = [sys.executable, "-m", "pytest", "--agentperturb", "suites/workflows", "-q", "-p", "no:cacheprovider",
+           *PLUGINS_OFF, "-p", "store_meter", *models, "--agentperturb-store", "main.sqlite",
+           "--agentperturb-report", "main.html"]
+    out, wall, cpu = timed(cmd, cwd, timeout=3600, env={"AGENTPERTURB_BENCH_STORE_METER": str(meter)}, root=root)
+    m = re.search(r"episodes run: (\d+), reused: \d+, errors: (\d+)", out.stdout)
+    if out.returncode not in (0, 1) or not m or int(m.group(2)) or not meter.is_file():
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    d = json.loads(meter.read_text(encoding="utf-8"))
+    with sqlite3.connect(cwd / "main.sqlite") as c:
+        rows = c.execute(f"SELECT {_SAME} FROM episodes ORDER BY model, suite, task, family, seed, repeat").fetchall()
+    lines = out.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if " agentperturb " in line and line.startswith("=")), len(lines))
+    summary = [re.sub(r"wall time: [\d.]+ s", "", line) for line in lines[start:]
+               if not line.startswith(("report:", "store:")) and " in " not in line]  # paths and pytest's timing
+    return MainJob(wall, cpu, d["store_write_s"], d["store_write_cpu_s"], d["store_main_s"], d["loop_s"], d["store_calls"], rows, summary)
+
+
+def main_jobs(a: argparse.Namespace, sides: list[Checkout]) -> int:
+    """``--main-job``: the main job, this checkout beside ``--against``'s in each round."""
+    runs: list[list[MainJob]] = [[] for _ in sides]
+    with tempfile.TemporaryDirectory() as tmp:
+        cwds = [Path(tmp) / str(n) for n in range(len(sides))]
+        for side, cwd in zip(sides, cwds):
+            shutil.copytree(side.root / "suites" / "workflows", cwd / "suites" / "workflows")
+        for i in range(a.rounds):
+            for side, cwd, side_runs in zip(sides, cwds, runs):
+                r = main_job(cwd, side.root)
+                side_runs.append(r)
+                print(f"round {i + 1}{side.label}: {len(r.rows)} episodes, wall {r.wall:.2f} s, CPU {r.cpu:.2f} s, "
+                      f"store writes {r.store:.3f} s ({r.store_cpu:.3f} s CPU; pytest's thread {r.store_main:.3f} s) in {r.calls} "
+                      f"call(s), {r.share:.1f} % of the test loop's "
+                      f"{r.loop:.2f} s", flush=True)
+    for side, side_runs in zip(sides, runs):
+        print(f"main job{side.label or ' (this checkout)'}, medians over {a.rounds} round(s): wall "
+              f"{med([r.wall for r in side_runs]):.2f} s, CPU {med([r.cpu for r in side_runs]):.2f} s, store writes "
+              f"{med([r.store for r in side_runs]):.3f} s ({med([r.store_cpu for r in side_runs]):.3f} s CPU), "
+              f"{med([r.share for r in side_runs]):.1f} % of the test loop; on pytest's thread "
+              f"{med([r.store_main for r in side_runs]):.3f} s, {med([r.main_share for r in side_runs]):.2f} %")
+    if len(sides) > 1:
+        this, other = runs
+
+        def ratio(attr: str) -> float:
+            return med([getattr(x, attr) / getattr(y, attr) for x, y in zip(this, other)])
+
+        same_rows = all(x.rows == this[0].rows for x in this + other)
+        same_summary = all(x.summary == this[0].summary for x in this + other)
+        print(f"this checkout / {sides[1].root}, round by round (medians): wall {ratio('wall'):.2f}, "
+              f"CPU {ratio('cpu'):.2f}, store writes {ratio('store'):.3f} (CPU {ratio('store_cpu'):.3f}), their share of the test loop "
+              f"{ratio('share'):.3f}, on pytest's thread {ratio('main_share'):.3f}; same episodes recorded: {'yes' if same_rows else 'NO'}; same summary: "
+              f"{'yes' if same_summary else 'NO'}")
+    print(f"main_job_store_share_pct: {med([r.main_share for r in runs[0]]):.2f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the figures are medians over them")
@@ -267,6 +370,8 @@ def main() -> int:
     ap.add_argument("--alone-calls", type=int, default=1000, help="calls of each litellm-alone run")
     ap.add_argument("--against", type=Path, help="another checkout of this project (its package and suites), run "
                                                  "in the same rounds: before/after figures measured together")
+    ap.add_argument("--main-job", action="store_true", help="measure the README's main job instead (wall, CPU, the "
+                                                            "store's writes): see the module's docstring")
     a = ap.parse_args()
     if a.large <= a.small:
         ap.error("--large must be above --small")
@@ -277,6 +382,8 @@ def main() -> int:
         if not (a.against / "pytest_agentperturb").is_dir():
             ap.error(f"--against {a.against}: not a checkout of pytest-agentperturb")
         sides.append(Checkout(f" against {a.against}", a.against.resolve(), [], [], [], []))
+    if a.main_job:
+        return main_jobs(a, sides)
 
     server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0",
                                "--steps", str(a.steps)], stdout=subprocess.PIPE, text=True)

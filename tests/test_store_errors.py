@@ -85,6 +85,31 @@ def test_an_older_store_is_migrated_and_a_newer_one_refused(pytester: pytest.Pyt
 
 def test_a_store_that_fails_while_running_is_an_error_not_a_silent_zero(pytester: pytest.Pytester, suite: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch due while items run: the item whose episode made it due is an ERROR naming the file.
+
+    Batches of one row (``BATCH_ROWS = 1``) make the episode's own put commit, and fail; the batch stays
+    buffered, so closing the store fails again: said once more, but the episode is counted once.
+    """
+    import sqlite3
+
+    from pytest_agentperturb.run import store as store_module
+    from pytest_agentperturb.run.store import Store
+
+    def boom(self: Any, *args: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "_put", boom)  # (the in-process run shares this module; undone after the test)
+    monkeypatch.setattr(store_module, "BATCH_ROWS", 1)
+    result = run_clean(pytester, "-k", "share-report")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*results store error (not an agent failure): *agentperturb.sqlite: cannot record "
+                                 "1 buffered episode(s) (database or disk is full)*", "*errors: 1 (excluded*"])
+
+
+def test_a_last_batch_that_cannot_be_written_fails_the_session(pytester: pytest.Pytester, suite: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch committed when the store closes fails: a harness error, a failing exit status, one line naming
+    the file and the episodes lost, and a note in the report (the episode passed; its row is not in the store)."""
     import sqlite3
 
     from pytest_agentperturb.run.store import Store
@@ -92,11 +117,14 @@ def test_a_store_that_fails_while_running_is_an_error_not_a_silent_zero(pytester
     def boom(self: Any, *args: Any) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(Store, "_put", boom)  # (the in-process run shares this module; undone after the test)
+    monkeypatch.setattr(Store, "_put", boom)
     result = run_clean(pytester, "-k", "share-report")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*results store error (not an agent failure): *agentperturb.sqlite: cannot record "
-                                 "the episode * (database or disk is full)*", "*errors: 1 (excluded*"])
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*errors: 1 (excluded*", "*results store error (not an agent failure): "
+                                 "*agentperturb.sqlite: cannot record 1 buffered episode(s) (database or disk is full)*"])
+    page = (pytester.path / "reports" / "agentperturb.html").read_text()
+    assert "episodes missing from the store" in page
 
 
 def test_report_and_export_work_on_a_store_nobody_may_write(tmp_path: Path) -> None:

@@ -260,12 +260,14 @@ def _variants(db: Path) -> list[tuple[object, ...]]:
 
 FULL_DISK = '''
 import sqlite3
+from pytest_agentperturb.run import store
 from pytest_agentperturb.run.store import Store
 
 def _full(self, *args):
     raise sqlite3.OperationalError("database or disk is full")
 
 Store._put = _full  # only the controller ever writes, so only it can notice
+store.BATCH_ROWS = 1  # every episode's own put commits (and fails): one ERROR per episode
 '''
 
 
@@ -277,6 +279,6 @@ def test_a_store_write_that_fails_on_the_controller_is_an_error_naming_the_file(
                           "clean", "-n", "2"], cwd=proj, capture_output=True, text=True, timeout=240)
     assert out.returncode == 1, out.stdout[-3000:]
     assert "results store error (not an agent failure): " in out.stdout
-    assert "agentperturb.sqlite: cannot record the episode" in out.stdout and "database or disk is full" in out.stdout
+    assert "agentperturb.sqlite: cannot record 1 buffered episode(s)" in out.stdout and "database or disk is full" in out.stdout
     assert "episodes run: 0, reused: 0, errors: 4 (excluded from every aggregate)" in out.stdout, out.stdout[-3000:]
     assert "4 failed" in out.stdout

@@ -41,7 +41,15 @@ class OptionError(AgentPerturbError):
 
 
 class StoreError(AgentPerturbError):
-    """The results store cannot be opened, read or written (the message names the file and the fix)."""
+    """The results store cannot be opened, read or written (the message names the file and the fix).
+
+    ``unreported``: of the buffered episodes a failed commit could not write, how many no item's error
+    has counted yet (the store's last batch, at close).
+    """
+
+    def __init__(self, message: str, unreported: int = 0) -> None:
+        super().__init__(message)
+        self.unreported = unreported
 
 
 class VariantSkipped(AgentPerturbError):

@@ -83,7 +83,7 @@ class Finish:
                  close: Callable[[], None]) -> None:
         self.config, self.settings, self.thresholds = config, settings, thresholds
         self.tally = tally
-        self.close = close  # stops the episode loop and closes the store (Runner.close)
+        self._close = close  # stops the episode loop and closes the store (Runner.close)
         self.is_worker = hasattr(config, "workerinput")
         self.started = time.perf_counter()
         self.coverage: list[SuiteCoverage] = []
@@ -92,7 +92,7 @@ class Finish:
         self.analysis: Analysis | None = None
         self.baseline_run: BaselineRun | None = None
         self.report_error: str | None = None  # why the report could not be written
-        self.store_error: str | None = None  # why the store could not be closed or read back (a full disk)
+        self.store_error: str | None = None  # why the store could not be closed (its last batch) or read back
         self._store_unread = False  # nothing could be read back: the last report is kept
         self._session: pytest.Session | None = None
         self.gate_reported = False  # the gate's item ran, or its reports were sent (collect.GateItem)
@@ -101,6 +101,20 @@ class Finish:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._session = session
+
+    def close(self) -> None:
+        """Stop the loop and close the store; a last batch that cannot be written fails the session.
+
+        Its episodes that no item's ERROR counted yet (their items passed or failed) count as harness errors.
+        """
+        from ..model.errors import StoreError
+
+        try:
+            self._close()
+        except StoreError as exc:
+            if self.store_error is None:
+                self.store_error = str(exc)
+                self.tally.harness_errors += exc.unreported
 
     @pytest.hookimpl(tryfirst=True)  # before the session counts the report (and stops at --maxfail)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -205,6 +219,8 @@ class Finish:
         elif t.results.episodes:  # never replace the last report by an empty one
             sections, n_rows = self._page
             notes = [f"not loaded: {nodeid}: {msg}" for nodeid, msg in sorted(t.invalid.items())]
+            if self.store_error is not None:
+                notes.append(f"episodes missing from the store (and from this report): {self.store_error}")
             try:
                 report.write_report(self.settings.report, self.analysis, self.verdict, settings=self.settings,
                                     skipped=t.skipped, extra_sections=sections, n_rows=n_rows, notes=notes)

@@ -7,7 +7,8 @@ loop together with the prefetched episodes of the items this process runs
 next (:mod:`.schedule`).  With ``--agentperturb-resume`` an episode recorded
 on the same variant is reused instead (on an xdist worker, from the table
 the controller sent: :class:`~.distribute.Finished`).  The only process
-stores each episode as soon as it is scored; a worker never opens the store
+stores each episode as soon as it is scored (committed with its batch:
+:mod:`..run.store`); a worker never opens the store
 (its episodes travel on their reports: :mod:`.reporting`).
 """
 
@@ -72,7 +73,13 @@ class Runner:
         return self._store
 
     def close(self) -> None:
-        """Stop the episode loop (the heap stays frozen through pytest's end-of-run collections), close the store."""
+        """Stop the episode loop (the heap stays frozen through pytest's end-of-run collections), close the store.
+
+        Closing commits the store's last batch.
+
+        Raises:
+            StoreError: when that batch cannot be written (the store is closed all the same).
+        """
         if self._batcher is not None:
             self._batcher.close(thaw=False)
         store, self._store = self._store, None

@@ -3,8 +3,18 @@
 One process writes it: the pytest process that ran the episodes, or,
 under xdist, the controller as each item's report arrives (workers, perhaps
 on other hosts, never open it).  It is opened in WAL mode with a generous
-busy timeout and each episode is committed as soon as it is stored, so a run
-killed mid-way loses at most the episodes in flight.  Rows are keyed by
+busy timeout.  Episodes are committed in groups, one transaction per batch:
+:meth:`Store.put` buffers a row and commits what is buffered once
+:data:`BATCH_ROWS` rows are pending, and a timer commits them
+:data:`BATCH_SECONDS` after the first of them was buffered, whichever comes
+first; every read of this connection, and :meth:`Store.close`, commits what
+is buffered first (:meth:`Store.get`, resume's look-up per item, looks in the
+buffer instead).  A run killed mid-way (SIGKILL: nothing can run) therefore
+loses the episodes in flight plus at most the episodes finished in the last
+``BATCH_SECONDS`` (fewer than ``BATCH_ROWS`` of them); ``--agentperturb-resume``
+reruns exactly those.  A batch that cannot be written stays buffered and
+raises a :class:`~..model.errors.StoreError` saying how many episodes it
+holds.  Rows are keyed by
 the :class:`~..model.keys.EpisodeKey` (run_id, model, suite, task, family, seed, repeat): writing the same episode
 again replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
 reused only if the variant it was run on is byte-identical to today's.
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,7 +61,14 @@ def _fix(exc: sqlite3.Error) -> str:
     return _FULL_FIX if "full" in str(exc).lower() else _FIX
 
 
+#: A batch is committed once this many episodes are buffered ...
+BATCH_ROWS = 64
+#: ... or this many seconds after its first episode was buffered, whichever comes first.
+BATCH_SECONDS = 0.5
 _INSERT_EPISODE = f"INSERT OR REPLACE INTO episodes ({', '.join(_STORED)}) VALUES ({', '.join('?' * len(_STORED))})"
+
+
+_Described = tuple[str, str, str, list[Any]]  # a variant's family, operator, diff and canaries
 
 
 def _episodes_ddl(table: str) -> str:
@@ -80,6 +98,15 @@ class Store:
         self.readonly = readonly
         self._have: set[str] = set()
         self._variants_written: set[str] = set()  # digests this connection already wrote to ``variants``
+        # the batch not yet committed: episode key -> (record, row values, digest, variant described or None)
+        self._pending: dict[tuple[Any, ...], tuple[EpisodeRecord, list[Any], str, _Described | None]] = {}
+        self._pending_variants: dict[str, _Described] = {}  # put_variant's rows not yet committed
+        self._raised: set[tuple[Any, ...]] = set()  # buffered episodes whose own put raised (their item's ERROR)
+        self._oldest = 0.0  # monotonic time the batch's first row was buffered
+        self._writing: dict[tuple[Any, ...], tuple[EpisodeRecord, list[Any], str, _Described | None]] = {}
+        self._lock = threading.Lock()  # the buffer (see "the batch" below)
+        self._conn_lock = threading.RLock()  # the connection, shared with the flush timer's thread
+        self._timer: threading.Timer | None = None
         try:
             if readonly:
                 self._conn = _connect_readonly(self.path)
@@ -91,7 +118,8 @@ class Store:
                                      f"{', '.join(missing)}: not a pytest-agentperturb store; fix: {_FIX}")
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+                self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
+                                             check_same_thread=False)  # the timer's flush: under ``_conn_lock``
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute("PRAGMA busy_timeout=60000")
@@ -102,7 +130,8 @@ class Store:
             raise StoreError(f"{self.path}: cannot open the results store ({exc}); fix: {_FIX}") from None
 
     def _columns(self, table: str) -> set[str]:
-        return {str(r[1]) for r in self._conn.execute(f"PRAGMA table_info({table})")}
+        with self._conn_lock:
+            return {str(r[1]) for r in self._conn.execute(f"PRAGMA table_info({table})")}
 
     def _check_version(self) -> None:
         """Refuse a store written by a newer schema (its rows may mean something else)."""
@@ -146,20 +175,108 @@ class Store:
         return _Tx(self._conn)
 
     def close(self) -> None:
-        """Close the connection (in WAL mode its last write to the file: a full disk fails here too).
+        """Commit what is buffered, then close the connection (closed even when the commit fails).
 
         Raises:
-            StoreError: naming the file, when SQLite cannot finish its writes.
+            StoreError: when the buffered episodes cannot be written (they are lost; the message counts them).
         """
         try:
-            self._conn.close()
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot close the results store ({exc}); fix: {_fix(exc)}") from None
+            self.flush()
+        finally:
+            with self._lock:
+                self._cancel_timer()
+            with self._conn_lock:
+                try:  # in WAL mode its last write to the file: a full disk fails here too
+                    self._conn.close()
+                except sqlite3.Error as exc:
+                    raise StoreError(f"{self.path}: cannot close the results store ({exc}); "
+                                     f"fix: {_fix(exc)}") from None
+
+    # -- the batch ----------------------------------------------------------------
+    # Two locks: ``_lock`` guards the buffer (held for moments: pytest's thread never waits for a write behind
+    # it), ``_conn_lock`` the connection (held through a batch's transaction).  Never take ``_conn_lock`` while
+    # holding ``_lock``.
+    def pending(self) -> int:
+        """Episodes buffered and not yet committed (a batch being written counts until it is)."""
+        with self._lock:
+            return len(self._pending) + len(self._writing)
+
+    def flush(self) -> None:
+        """Commit the buffered episodes and variants in one transaction (nothing to do: no transaction).
+
+        Raises:
+            StoreError: naming the file and how many episodes are buffered; they stay buffered for the next try.
+        """
+        with self._conn_lock:
+            with self._lock:
+                if not self._pending and not self._pending_variants:
+                    return
+                taken, variants, oldest = dict(self._pending), dict(self._pending_variants), self._oldest
+                self._writing = taken  # still seen by get() while it is written
+                self._pending.clear()
+                self._pending_variants.clear()
+            try:
+                self._put(list(taken.values()), variants)
+            except sqlite3.Error as exc:
+                with self._lock:  # back into the buffer, behind any newer row of the same key
+                    for k, v in taken.items():
+                        self._pending.setdefault(k, v)
+                    for d, described in variants.items():
+                        self._pending_variants.setdefault(d, described)
+                    self._oldest = min(oldest, self._oldest) if len(self._pending) > len(taken) else oldest
+                    self._writing = {}
+                    unreported = len(self._pending.keys() - self._raised)
+                    n = len(self._pending)
+                what = f"{n} buffered episode(s)" if n else f"{len(variants)} buffered variant(s)"
+                raise StoreError(f"{self.path}: cannot record {what} ({exc}); fix: {_fix(exc)}",
+                                 unreported=unreported) from None
+            with self._lock:
+                self._writing = {}
+                self._raised -= taken.keys()
+                self._variants_written.update(variants)
+                self._variants_written.update(d for _, _, d, described in taken.values() if d and described is not None)
+
+    def _due(self) -> bool:
+        """Under ``_lock``, a row just buffered: whether the batch is due (full or old); else arm the timer."""
+        if len(self._pending) >= BATCH_ROWS or time.monotonic() - self._oldest >= BATCH_SECONDS:
+            return True
+        if self._timer is None:
+            self._arm(BATCH_SECONDS)
+        return False
+
+    def _arm(self, seconds: float) -> None:
+        self._timer = threading.Timer(seconds, self._on_timer)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _on_timer(self) -> None:
+        """The timer's thread: commit the batch (a failure leaves it buffered for the next put or close to raise)."""
+        with self._lock:
+            self._timer = None
+            if not self._pending and not self._pending_variants:
+                return
+            young = BATCH_SECONDS - (time.monotonic() - self._oldest)
+            if young > 0:  # a batch begun after the one this timer was armed for (that one was committed when full)
+                self._arm(young)
+                return
+        try:
+            self.flush()
+        except StoreError:
+            pass
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _start_batch(self) -> None:
+        if not self._pending and not self._pending_variants:
+            self._oldest = time.monotonic()
 
     def record_run(self, run_id: str, config: dict[str, Any]) -> None:
         """Remember a run's configuration (first writer wins)."""
         try:
-            with self._tx():
+            with self._conn_lock, self._tx():
                 self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
                                    (run_id, time.time(), json.dumps(config, sort_keys=True)))
         except sqlite3.Error as exc:
@@ -171,9 +288,9 @@ class Store:
         Raises:
             StoreError: naming the file, when SQLite cannot write (disk full, locked, read-only).
         """
-        described = None if variant is None else (variant.family, variant.operator, variant.edit_text,
-                                                  [asdict(c) for c in variant.canaries])
-        self._put_safely(rec, variant_digest, described)
+        described = None if variant is None or variant_digest in self._variants_written \
+            else (variant.family, variant.operator, variant.edit_text, [asdict(c) for c in variant.canaries])
+        self._put_safely(rec, variant_digest, described)  # (a variant already written is not described again)
 
     def put_row(self, row: dict[str, Any]) -> None:
         """Insert or replace one episode given as a row: the inverse of :meth:`rows`.
@@ -193,42 +310,53 @@ class Store:
             canaries = json.loads(canaries)
         self._put_safely(rec, digest, (rec.family, rec.operator, str(row.get("diff") or ""), list(canaries)))
 
-    def _put_safely(self, rec: EpisodeRecord, variant_digest: str,
-                    described: tuple[str, str, str, list[Any]] | None) -> None:
-        try:
-            self._put(rec, variant_digest, described)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot record the episode {tuple(rec.key)} ({exc}); "
-                             f"fix: {_fix(exc)}") from None
-
-    def _put(self, rec: EpisodeRecord, variant_digest: str,
-             described: tuple[str, str, str, list[Any]] | None) -> None:
-        """One transaction: the episode, and its variant (family, operator, diff, canaries) if new."""
+    def _put_safely(self, rec: EpisodeRecord, variant_digest: str, described: _Described | None) -> None:
+        """Buffer one episode (replacing a buffered one of its key); commit the batch when it is due."""
         row = rec.to_row()
         vals = [row[c] for c in STORE_COLUMNS] + [variant_digest, time.time()]
+        key = tuple(rec.key)
+        with self._lock:
+            self._start_batch()
+            self._pending[key] = (rec, vals, variant_digest, described)
+            due = self._due()
+        if due:
+            try:
+                self.flush()
+            except StoreError:
+                with self._lock:
+                    self._raised.add(key)  # its item reports the error; the row stays buffered for the next try
+                raise
+
+    def _put(self, batch: list[tuple[EpisodeRecord, list[Any], str, _Described | None]],
+             variants: dict[str, _Described]) -> None:
+        """One transaction: the batch's episodes, and their variants (family, operator, diff, canaries) if new."""
         with self._tx():
-            self._conn.execute(_INSERT_EPISODE, vals)
-            if described is not None and variant_digest and variant_digest not in self._variants_written:
-                self._put_variant(variant_digest, described)
-        if described is not None and variant_digest:
-            self._variants_written.add(variant_digest)  # committed: the next episode of it need not write it
+            self._conn.executemany(_INSERT_EPISODE, [vals for _, vals, _, _ in batch])
+            new = dict(variants)
+            for _, _, digest, described in batch:
+                if described is not None and digest:
+                    new.setdefault(digest, described)
+            for digest, described in new.items():
+                if digest not in self._variants_written:
+                    self._put_variant(digest, described)
 
     def put_variant(self, variant_digest: str, variant: Variant) -> None:
         """Record a variant's diff and canaries if the store lacks them (a reused episode of an older store).
 
+        Buffered like an episode (committed with the batch).
+
         Raises:
-            StoreError: naming the file, when SQLite cannot write.
+            StoreError: naming the file, when the batch is due and SQLite cannot write.
         """
-        if variant_digest in self._variants_written:
+        if variant_digest in self._variants_written or variant_digest in self._pending_variants:
             return
         described = (variant.family, variant.operator, variant.edit_text, [asdict(c) for c in variant.canaries])
-        try:
-            with self._tx():
-                self._put_variant(variant_digest, described)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot record the variant {variant_digest[:12]} ({exc}); "
-                             f"fix: {_FIX}") from None
-        self._variants_written.add(variant_digest)
+        with self._lock:
+            self._start_batch()
+            self._pending_variants[variant_digest] = described
+            due = self._due()
+        if due:
+            self.flush()
 
     def _put_variant(self, variant_digest: str, described: tuple[str, str, str, list[Any]]) -> None:
         """Write a variant's row (family, operator, diff, canaries) unless one exists; inside a transaction."""
@@ -255,19 +383,32 @@ class Store:
         """ORDER BY the key (a store older than repeats has none: every row is repeat 0)."""
         return ", ".join(prefix + k for k in KEY if k in self._have)
 
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+    def _read(self, sql: str, args: tuple[Any, ...] = (), *, flush: bool = True) -> list[Any]:
+        """Rows of a query, what is buffered committed first (unless ``flush=False``: the caller looked there)."""
         if not self._have:  # an empty file or a store without episodes yet
             return []
+        if flush:
+            self.flush()
         try:
-            return list(self._conn.execute(sql, args))
+            with self._conn_lock:
+                return list(self._conn.execute(sql, args))
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the results store ({exc}); fix: {_FIX}") from None
 
+    def _fetch(self, cursor: sqlite3.Cursor, n: int) -> list[Any]:
+        with self._conn_lock:
+            return cursor.fetchmany(n)
+
     def get(self, key: EpisodeKey, variant_digest: str) -> EpisodeRecord | None:
-        """A recorded, error-free episode of that key and variant, if any."""
+        """A recorded, error-free episode of that key and variant, if any (a buffered one too: no commit)."""
+        with self._lock:
+            buffered = self._pending.get(tuple(key)) or self._writing.get(tuple(key))
+        if buffered is not None:
+            rec, _, digest, _ = buffered
+            return rec if digest == variant_digest and not rec.error else None
         q = " AND ".join(f"{k} = ?" if k in self._have else "? = 0" for k in KEY)
         rows = self._read(f"SELECT {self._select()} FROM episodes WHERE {q} AND variant_digest = ? "
-                          "AND (error IS NULL OR error = '')", (*key, variant_digest))
+                          "AND (error IS NULL OR error = '')", (*key, variant_digest), flush=False)
         return EpisodeRecord.from_row(dict(zip(STORE_COLUMNS, rows[0]))) if rows else None
 
     def finished(self, run_id: str) -> list[dict[str, Any]]:
@@ -306,8 +447,10 @@ class Store:
             else:
                 sql = (f"SELECT {self._select('e.')}, NULL, NULL FROM episodes e {where} "
                        f"ORDER BY {self._order('e.')}")
-            cursor = self._conn.execute(sql, args)
-            while batch := cursor.fetchmany(256):
+            self.flush()
+            with self._conn_lock:
+                cursor = self._conn.execute(sql, args)
+            while batch := self._fetch(cursor, 256):
                 for r in batch:
                     yield dict(zip(names, r))
         except sqlite3.Error as exc:
@@ -328,10 +471,12 @@ class Store:
         """
         if not self._have:
             return
+        self.flush()
         try:
-            cursor = self._conn.execute(f"SELECT {self._select(skip=('trajectory',))} FROM episodes "
-                                        f"ORDER BY {self._order()}")
-            while batch := cursor.fetchmany(512):
+            with self._conn_lock:
+                cursor = self._conn.execute(f"SELECT {self._select(skip=('trajectory',))} FROM episodes "
+                                            f"ORDER BY {self._order()}")
+            while batch := self._fetch(cursor, 512):
                 for r in batch:
                     yield dict(zip(_STORED, r))
         except sqlite3.Error as exc:
