@@ -121,7 +121,7 @@ def test_a_last_batch_that_cannot_be_written_fails_the_session(pytester: pytest.
     result = run_clean(pytester, "-k", "share-report")
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*errors: 1 (excluded*", "*results store error (not an agent failure): "
+    result.stdout.fnmatch_lines(["*errors: 1 (excluded*", "*store: NOT fully written: "
                                  "*agentperturb.sqlite: cannot record 1 buffered episode(s) (database or disk is full)*"])
     page = (pytester.path / "reports" / "agentperturb.html").read_text()
     assert "episodes missing from the store" in page
