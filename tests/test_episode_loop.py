@@ -117,7 +117,7 @@ def test_the_analysis_is_imported_in_a_daemon_thread_ahead_of_the_session_end() 
     import sys
 
     code = ("import sys\n"
-            "from pytest_agentperturb.plugin.finish import preload_analysis\n"
+            "from pytest_agentperturb.plugin.results import preload_analysis\n"
             "before = 'pandas' in sys.modules\n"
             "t = preload_analysis()\n"
             "t.join(120)\n"

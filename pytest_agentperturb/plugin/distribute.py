@@ -24,7 +24,8 @@ from ..model.errors import StoreError
 from ..model.keys import EpisodeKey
 from ..model.records import EpisodeRecord, Variant
 from ..model.options import Settings, option
-from .finish import STORE_ERROR, preload_analysis
+from .finish import STORE_ERROR
+from .results import preload_analysis
 
 if TYPE_CHECKING:
     from ..run.store import Store
@@ -108,7 +109,7 @@ class Controller:
     def pytest_sessionstart(self, session: pytest.Session) -> Any:
         """xdist refuses a path argument it cannot send to another host: say how to name the suite instead.
 
-        With workers, the analysis is imported meanwhile (:func:`.finish.preload_analysis`): this process idles
+        With workers, the analysis is imported meanwhile (:func:`.results.preload_analysis`): this process idles
         while they run the episodes.
         """
         if self.distributed:

@@ -5,13 +5,12 @@ store (:meth:`.running.Runner.close`); then, on the controller or the only
 process, it reads this session's episodes back from the store, runs the
 analysis (against the ``--agentperturb-baseline`` run, resolved before
 anything ran), asks the gate for a verdict, writes the report once and
-prints the summary.  :func:`preload_analysis` imports what it needs while
+prints the summary.  :func:`.results.preload_analysis` imports what it needs while
 the last episodes still run.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,30 +36,6 @@ if TYPE_CHECKING:
 AGENT_FAILED_ATTR = "agentperturb_agent_failed"
 #: How an item's report begins when its episode could not be stored (:mod:`.running`, :mod:`.distribute`).
 STORE_ERROR = "results store error (not an agent failure): "
-
-
-def preload_analysis() -> threading.Thread:
-    """Import what the session's analysis and report need (pandas, numpy, the analysis) in a daemon thread.
-
-    Started on the xdist controller when the workers start (it idles while
-    they run the episodes), and in a lone process when its last item starts
-    (while the episodes still in flight finish), so that the imports are
-    done by the time the last episode ends instead of after it; a failed
-    import is left for the session's own import to raise.
-    """
-    def run() -> None:
-        try:
-            import pandas  # noqa: F401
-
-            from .. import gate, report  # noqa: F401
-            from ..analysis import baseline, cost, degradation, labels, predictors, repeats, sensitivity  # noqa: F401
-            from ..report import coverage  # noqa: F401
-        except BaseException:  # noqa: BLE001 - the session's own import raises it where it is handled
-            pass
-
-    thread = threading.Thread(target=run, name="agentperturb-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 @dataclass
@@ -315,9 +290,8 @@ class Finish:
             tr.write_line(f"report: {self.settings.report}")
         elif not self.config.option.collectonly:
             tr.write_line(f"report: not written (no episode ran); {self.settings.report} is left as it was")
-        if self.store_error is not None:
-            tr.write_line(f"store: NOT fully written: {self.store_error}", red=True)
-        if self.tally.unstored:
-            tr.write_line(f"store: NOT fully written: {self.tally.unstored} episode(s) not stored (each an ERROR); "
-                          f"the first: {self.tally.unstored_error}", red=True)
+        lost = ([f"{self.tally.unstored} episode(s) not stored (each an ERROR); the first: {self.tally.unstored_error}"]
+                if self.tally.unstored else []) + ([self.store_error] if self.store_error is not None else [])
+        if lost:  # one line, whatever failed (episodes while running, the last batch or the read-back at the end)
+            tr.write_line("store: NOT fully written: " + "; at the end: ".join(lost), red=True)
         tr.write_line(f"store: {self.settings.store} (run_id {self.settings.run_id})")

@@ -1,6 +1,7 @@
 """What a run keeps of its episodes while it goes on, and the rows it reads back from the store at the end.
 
-Every episode is written to the store the moment it is scored: by the
+Every episode is written to the store as it is scored (buffered, and
+committed in batches: :class:`~..run.store.Store`): by the
 process that ran it when that process runs alone (:meth:`~..run.store.Store.put`),
 by the controller under xdist, where a worker never opens the store and
 sends the episode on its item's report instead (:mod:`.distribute`,
@@ -17,11 +18,13 @@ run, so memory does not grow with the episodes run.
 At the end :meth:`Results.rows` reads this session's episodes back from the
 store, one pass in key order, each row with its variant's diff and canaries
 (from the store) and the task's and variant's extras attached: the input of
-the analysis, the report and the coverage section.
+the analysis, the report and the coverage section; :func:`preload_analysis`
+imports what that needs while the episodes still run.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -59,6 +62,30 @@ def report_row(rec: EpisodeRecord, variant: Variant | None, *, reused: bool, rep
         row["task_properties"] = task_properties(task)
         row["notes"] = list(task.notes)
     return row
+
+
+def preload_analysis() -> threading.Thread:
+    """Import what the session's analysis and report need (pandas, numpy, the analysis) in a daemon thread.
+
+    Started on the xdist controller when the workers start (it idles while
+    they run the episodes), and in a lone process when its last item starts
+    (while the episodes still in flight finish), so that the imports are
+    done by the time the last episode ends instead of after it; a failed
+    import is left for the session's own import to raise.
+    """
+    def run() -> None:
+        try:
+            import pandas  # noqa: F401
+
+            from .. import gate, report  # noqa: F401
+            from ..analysis import baseline, cost, degradation, labels, predictors, repeats, sensitivity  # noqa: F401
+            from ..report import coverage  # noqa: F401
+        except BaseException:  # noqa: BLE001 - the session's own import raises it where it is handled
+            pass
+
+    thread = threading.Thread(target=run, name="agentperturb-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 class Results:

@@ -26,7 +26,8 @@ from ..model.options import Settings
 from ..model.records import EpisodeRecord, Variant
 from .collect import EpisodeFailed, PerturbItem, plugin_args, reproduce_line, result_args
 from .distribute import Finished
-from .finish import STORE_ERROR, preload_analysis
+from .finish import STORE_ERROR
+from .results import preload_analysis
 from .registries import Registries
 from .variants import VariantCache, episode_key
 
