@@ -16,9 +16,10 @@ running: :class:`Controller` records which items each worker started and
 which reports came back, the scheduler (:func:`scheduler`) hands the item
 that was running to xdist as the crashed one and sends only the items
 that never started to another worker, and the controller stores the
-crashed item as one ERROR row (``WorkerLost``), which
-``--agentperturb-resume`` runs again.  No replacement worker is started
-when nothing is left to run.
+crashed item as one ERROR row (:meth:`Controller.lost_record`, put on
+xdist's crash report by :meth:`.reporting.ReportHooks.pytest_handlecrashitem`),
+which ``--agentperturb-resume`` runs again.  No replacement worker is
+started when the workers left can take what is left.
 """
 
 from __future__ import annotations
@@ -132,26 +133,6 @@ class Controller:
         if error is not None:
             self._down[str(node.gateway.id)] = str(error)
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        """The item a dead worker was running: one stored ERROR row (``WorkerLost``) that resume runs again.
-
-        The report becomes a setup error carrying that row, so the report
-        hooks store and count it like any episode's.
-        """
-        from .reporting import REPORT_ATTR
-        from .results import report_row
-
-        worker = str(getattr(getattr(report, "node", None), "gateway", None) and report.node.gateway.id)
-        rec = self.lost_record(crashitem, worker)
-        if rec is None:
-            return
-        report.when = "setup"  # type: ignore[assignment]  # pytest shows an ERROR, not a failure
-        report.longrepr = rec.error
-        row = report_row(rec, None, reused=False, reproduce="")
-        row["episode"] = episode_row(rec, "", None)
-        setattr(report, REPORT_ATTR, row)
-
     def no_replacement(self) -> None:
         """Start no worker in place of the one that just died: nothing is left to send it.
 
@@ -165,7 +146,11 @@ class Controller:
             dsession._max_worker_restart = dsession._failed_nodes_count
 
     def lost_record(self, nodeid: str, worker: str) -> EpisodeRecord | None:
-        """The ERROR record of an item whose worker died while running it (None for an item of no episode)."""
+        """The ERROR record (``WorkerLost``) of an item whose worker died while running it; resume runs it again.
+
+        Its key comes from the item's location (:meth:`.collect.PerturbItem.reportinfo`); None for an item
+        of no episode or one that never started.
+        """
         from .collect import item_seed
 
         where = self.started.get(nodeid)
@@ -255,12 +240,13 @@ def scheduler(config: pytest.Config, log: Any, keep: int, controller: Controller
 
     When a worker dies (:meth:`remove_node`), its items whose report came
     back are done, the one it had started is returned as the crashed item
-    (xdist reports it once, and :meth:`Controller.pytest_handlecrashitem`
-    makes it an ERROR row), and only the units with items it never started
-    go back to the queue: none is played twice.  No worker replaces the
-    dead one unless the queue holds more than a window for each worker
-    left: xdist would wait for it to start and collect before ending.  Without the ``controller``
-    (no record of starts and reports) it is xdist's own.
+    (xdist reports it once, and :meth:`Controller.lost_record` is its
+    ERROR row), and only the units with items it never started go back to
+    the queue: none is played twice.  When the queue then holds at most a
+    window for each worker left, they get all of it and no worker replaces
+    the dead one (xdist would wait for it to start and collect before the
+    run ends).  Without the ``controller`` (no record of starts and
+    reports) it is xdist's own.
     """
     from xdist.scheduler import LoadScopeScheduling
 
