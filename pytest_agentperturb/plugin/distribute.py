@@ -80,7 +80,7 @@ class Controller:
         self.concurrency = concurrency  # episodes in flight per worker
         self._store = store
         self._finished: list[dict[str, Any]] | None = None
-        self.started: dict[str, str] = {}  # node id -> reportinfo name ("suite/task[family-model-rN]") of a started item
+        self.started: dict[str, str] = {}  # node id -> its location name ("suite/task[family-model-rN]")
         self.reported: set[str] = set()  # node ids whose final report (and so its row) came back
         self._down: dict[str, str] = {}  # worker id -> why it went down
 
