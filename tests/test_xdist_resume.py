@@ -144,7 +144,7 @@ class Killing(CarefulAgent):
     async def run(self, ctx):
         await asyncio.sleep(0.05)
         mark = Path(__file__).with_name("killed")
-        if ctx.task.id == "book-offsite" and ctx.variant.family == "user-missing" and not mark.exists():
+        if ctx.task.id == os.environ["KILL_TASK"] and ctx.variant.family == "user-missing" and not mark.exists():
             mark.write_text(str(os.getpid()))
             os.kill(os.getpid(), signal.SIGKILL)
         await super().run(ctx)
@@ -158,14 +158,18 @@ def pytest_agentperturb_make_agent(model, config):
 def test_a_killed_worker_leaves_one_error_row_that_resume_reruns(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     (proj / "conftest.py").write_text(KILLING_AGENT)
+    # the worker dies on one of the last items (two in flight per worker): the other worker can take the rest
+    last = sorted(p.name for p in (proj / "suites" / "workflows").iterdir() if (p / "task.toml").is_file())[-1]
     args = ["--agentperturb", "suites/workflows", "--agentperturb-model", "test/killing",
-            "--agentperturb-families", "clean,user-missing", "-q"]
+            "--agentperturb-families", "clean,user-missing", "--agentperturb-concurrency", "2"]
+    env = {**os.environ, "KILL_TASK": last}
     expected = N_TASKS * 2
     db = proj / "reports" / "agentperturb.sqlite"
-    out = _pytest(proj, *args, "-n", "2")
+    out = _pytest(proj, *args, "-n", "2", "-v", env=env)
     ended = time.time()
     assert (proj / "killed").exists(), out.stdout[-2000:]
-    # the run ended soon after the worker died (it waited for no replacement that had nothing to run)
+    # the run ended soon after the worker died: no replacement worker started (and collected) for nothing
+    assert "replacing crashed worker" not in out.stdout and "[gw2]" not in out.stdout, out.stdout[-2000:]
     assert ended - (proj / "killed").stat().st_mtime < 30, out.stdout[-2000:]
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT task, family, error FROM episodes").fetchall()
@@ -177,7 +181,7 @@ def test_a_killed_worker_leaves_one_error_row_that_resume_reruns(tmp_path: Path)
     assert f"episodes run: {expected}, reused: 0, errors: 1" in out.stdout  # counted once, not a crash and a rerun
     assert "crashed while running" not in out.stdout
 
-    resumed = _pytest(proj, *args, "-n", "2", "--agentperturb-resume")
+    resumed = _pytest(proj, *args, "-n", "2", "-q", "--agentperturb-resume", env=env)
     assert resumed.returncode == 0, resumed.stdout[-2000:]
     assert f"episodes run: 1, reused: {expected - 1}" in resumed.stdout, resumed.stdout[-2000:]
     with sqlite3.connect(db) as c:
