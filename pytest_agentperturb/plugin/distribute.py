@@ -245,7 +245,8 @@ def scheduler(config: pytest.Config, log: Any, keep: int, controller: Controller
     the queue: none is played twice.  When the queue then holds at most a
     window for each worker left, they get all of it and no worker replaces
     the dead one (xdist would wait for it to start and collect before the
-    run ends).  Without the ``controller`` (no record of starts and
+    run ends).  A worker is not shut down when the queue runs dry, only
+    when xdist ends the run, so it can still take those items.  Without the ``controller`` (no record of starts and
     reports) it is xdist's own.
     """
     from xdist.scheduler import LoadScopeScheduling
@@ -257,11 +258,8 @@ def scheduler(config: pytest.Config, log: Any, keep: int, controller: Controller
             return f"{task}[{param}" if task and bracket and param.endswith("]") else nodeid.rsplit("::", 1)[0]
 
         def _reschedule(self, node: Any) -> None:
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
+            if node.shutting_down:  # no shutdown once the queue is empty: xdist's when all are done
+                return  # (a worker left running can take the items of one that dies)
             while self.workqueue and self._pending_of(self.assigned_work[node]) < keep:
                 self._assign_work_unit(node)
 
