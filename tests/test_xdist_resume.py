@@ -130,3 +130,60 @@ def test_dist_each_is_refused_with_a_fix_and_runs_nothing(tmp_path: Path) -> Non
     assert not (proj / "each.sqlite").exists()
     plain = _pytest(proj, "-q", "-n", "2", "--dist", "each", "--collect-only", "-k", "nothing")  # without the plugin
     assert plain.returncode == 5, plain.stdout[-2000:]  # no tests collected: xdist's own mode is left alone
+
+
+KILLING_AGENT = '''
+import asyncio, os, signal
+from pathlib import Path
+import pytest
+from pytest_agentperturb.agents.reference import CarefulAgent
+
+class Killing(CarefulAgent):
+    """Kills its own worker (SIGKILL) on one episode, once (a marker file remembers it)."""
+    name = "test/killing"
+    async def run(self, ctx):
+        await asyncio.sleep(0.05)
+        mark = Path(__file__).with_name("killed")
+        if ctx.task.id == os.environ["KILL_TASK"] and ctx.variant.family == "user-missing" and not mark.exists():
+            mark.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        await super().run(ctx)
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_agentperturb_make_agent(model, config):
+    return Killing() if model == "test/killing" else None
+'''
+
+
+def test_a_killed_worker_leaves_one_error_row_that_resume_reruns(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    (proj / "conftest.py").write_text(KILLING_AGENT)
+    # the worker dies on one of the last items (two in flight per worker): the other worker can take the rest
+    last = sorted(p.name for p in (proj / "suites" / "workflows").iterdir() if (p / "task.toml").is_file())[-1]
+    args = ["--agentperturb", "suites/workflows", "--agentperturb-model", "test/killing",
+            "--agentperturb-families", "clean,user-missing", "--agentperturb-concurrency", "2"]
+    env = {**os.environ, "KILL_TASK": last}
+    expected = N_TASKS * 2
+    db = proj / "reports" / "agentperturb.sqlite"
+    out = _pytest(proj, *args, "-n", "2", "-v", env=env)
+    ended = time.time()
+    assert (proj / "killed").exists(), out.stdout[-2000:]
+    # the run ended soon after the worker died: no replacement worker started (and collected) for nothing
+    assert "replacing crashed worker" not in out.stdout and "[gw2]" not in out.stdout, out.stdout[-2000:]
+    assert ended - (proj / "killed").stat().st_mtime < 30, out.stdout[-2000:]
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT task, family, error FROM episodes").fetchall()
+    assert len(rows) == expected and len({r[:2] for r in rows}) == expected  # every item once, none twice
+    errors = [r for r in rows if r[2]]
+    assert len(errors) == 1 and re.fullmatch(r"WorkerLost: worker gw\d died \(.+\) while running this episode",
+                                             errors[0][2]), errors
+    assert out.returncode == 1 and "1 error" in out.stdout.splitlines()[-1], out.stdout[-2000:]
+    assert f"episodes run: {expected}, reused: 0, errors: 1" in out.stdout  # counted once, not a crash and a rerun
+    assert "crashed while running" not in out.stdout
+
+    resumed = _pytest(proj, *args, "-n", "2", "-q", "--agentperturb-resume", env=env)
+    assert resumed.returncode == 0, resumed.stdout[-2000:]
+    assert f"episodes run: 1, reused: {expected - 1}" in resumed.stdout, resumed.stdout[-2000:]
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT task, family, error FROM episodes").fetchall()
+    assert len(rows) == expected and not any(r[2] for r in rows)

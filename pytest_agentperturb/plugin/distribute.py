@@ -10,10 +10,21 @@ once and hands them, without trajectories, to every worker in xdist's
 ``workerinput``; a worker reuses one when its variant digest matches (the
 report reads it back from the store at the end).  Nothing here depends on
 a path: a worker resolves its suites against its own folder.
+
+A worker that dies (killed, out of memory) loses the episode it was
+running: :class:`Controller` records which items each worker started and
+which reports came back, the scheduler (:func:`scheduler`) hands the item
+that was running to xdist as the crashed one and sends only the items
+that never started to another worker, and the controller stores the
+crashed item as one ERROR row (:meth:`Controller.lost_record`, put on
+xdist's crash report by :meth:`.reporting.ReportHooks.pytest_handlecrashitem`),
+which ``--agentperturb-resume`` runs again.  No replacement worker is
+started when the workers left can take what is left.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -24,6 +35,7 @@ from ..model.errors import StoreError
 from ..model.keys import EpisodeKey
 from ..model.records import EpisodeRecord, Variant
 from ..model.options import Settings, option
+from ..model.vocab import family_parts
 from .finish import STORE_ERROR
 from .results import preload_analysis
 
@@ -69,6 +81,9 @@ class Controller:
         self.concurrency = concurrency  # episodes in flight per worker
         self._store = store
         self._finished: list[dict[str, Any]] | None = None
+        self.started: dict[str, str] = {}  # node id -> its location name ("suite/task[family-model-rN]")
+        self.reported: set[str] = set()  # node ids whose final report (and so its row) came back
+        self._down: dict[str, str] = {}  # worker id -> why it went down
 
     @property
     def distributed(self) -> bool:
@@ -103,7 +118,64 @@ class Controller:
             return None
         from ..run.batcher import window
 
-        return scheduler(config, log, keep=window(self.concurrency))
+        return scheduler(config, log, keep=window(self.concurrency), controller=self)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        """A worker began an item (its location names the suite, task, family, model and repeat)."""
+        self.started[nodeid] = location[2]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """The item's outcome came back (the call report, or a setup report that did not pass)."""
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            self.reported.add(report.nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        if error is not None:
+            self._down[str(node.gateway.id)] = str(error)
+
+    def no_replacement(self) -> None:
+        """Start no worker in place of the one that just died: nothing is left to send it.
+
+        xdist would start one and wait for it to start and collect (seconds)
+        before the run ends; it starts none once ``--max-worker-restart`` is
+        reached, so the limit is set to the crashes so far (xdist counts this
+        one after).
+        """
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        if dsession is not None and isinstance(getattr(dsession, "_failed_nodes_count", None), int):
+            dsession._max_worker_restart = dsession._failed_nodes_count
+
+    def lost_record(self, nodeid: str, worker: str) -> EpisodeRecord | None:
+        """The ERROR record (``WorkerLost``) of an item whose worker died while running it; resume runs it again.
+
+        Its key comes from the item's location (:meth:`.collect.PerturbItem.reportinfo`); None for an item
+        of no episode or one that never started.
+        """
+        from .collect import item_seed
+
+        where = self.started.get(nodeid)
+        m = re.fullmatch(r"(.+)/([^/\[]+)\[(.+)\]", where or "")
+        if m is None:
+            return None
+        suite, task, param = m.groups()
+        repeat = 0
+        if self.settings.repeats > 1:
+            r = re.fullmatch(r"(.+)-r(\d+)", param)
+            if r is None:
+                return None
+            param, repeat = r.group(1), int(r.group(2))
+        model = max((name for name in self.settings.runners if param.endswith("-" + name)), key=len, default=None)
+        if model is None:
+            return None
+        family = param[:-len(model) - 1]
+        target, typ = family_parts(family)
+        why = self._down.get(worker, "")
+        return EpisodeRecord(
+            run_id=self.settings.run_id, model=model, suite=suite, task=task, family=family, target=target,
+            type=typ, operator="", seed=item_seed(self.settings.variant_seed, f"{suite}/{task}", family),
+            repeat=repeat,
+            error=f"WorkerLost: worker {worker} died{f' ({why})' if why else ''} while running this episode"[:500])
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionstart(self, session: pytest.Session) -> Any:
@@ -156,7 +228,7 @@ def _unreachable(config: pytest.Config, exc: BaseException) -> str:
             f"at that address, that an ssh= host is reachable; or run without --tx")
 
 
-def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:
+def scheduler(config: pytest.Config, log: Any, keep: int, controller: Controller | None = None) -> Any:
     """xdist's ``loadscope`` with one task and model as a scope, topping a worker up while it holds under ``keep``.
 
     ``keep`` is the worker's prefetch window (:func:`..run.batcher.window`: the
@@ -166,6 +238,17 @@ def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:
     and the item's parameter without the family), small enough that the
     last ones leave no worker idle for long, large enough that each worker
     generates a task's variants once per model at most.
+
+    When a worker dies (:meth:`remove_node`), its items whose report came
+    back are done, the one it had started is returned as the crashed item
+    (xdist reports it once, and :meth:`Controller.lost_record` is its
+    ERROR row), and only the units with items it never started go back to
+    the queue: none is played twice.  When the queue then holds at most a
+    window for each worker left, they get all of it and no worker replaces
+    the dead one (xdist would wait for it to start and collect before the
+    run ends).  A worker is not shut down when the queue runs dry, only
+    when xdist ends the run, so it can still take those items.  Without the ``controller`` (no record of starts and
+    reports) it is xdist's own.
     """
     from xdist.scheduler import LoadScopeScheduling
 
@@ -176,13 +259,39 @@ def scheduler(config: pytest.Config, log: Any, keep: int) -> Any:
             return f"{task}[{param}" if task and bracket and param.endswith("]") else nodeid.rsplit("::", 1)[0]
 
         def _reschedule(self, node: Any) -> None:
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
+            if node.shutting_down:  # no shutdown once the queue is empty: xdist's when all are done
+                return  # (a worker left running can take the items of one that dies)
             while self.workqueue and self._pending_of(self.assigned_work[node]) < keep:
                 self._assign_work_unit(node)
+
+        def remove_node(self, node: Any) -> str | None:
+            if controller is None or not self._pending_of(self.assigned_work.get(node, {})):
+                return super().remove_node(node)  # type: ignore[no-any-return]
+            crashitem = None
+            workload = self.assigned_work.pop(node)
+            for unit in workload.values():
+                for nodeid, done in unit.items():
+                    if done:
+                        continue
+                    if nodeid in controller.reported:  # its row came back: done
+                        unit[nodeid] = True
+                    elif crashitem is None and nodeid in controller.started:  # it was running: lost
+                        unit[nodeid] = True
+                        crashitem = nodeid
+            for scope, unit in workload.items():
+                if not all(unit.values()):  # never started here: to another worker
+                    self.workqueue[scope] = unit
+            for other in self.assigned_work:
+                self._reschedule(other)
+            queued = sum(self._pending_of({scope: unit}) for scope, unit in self.workqueue.items())
+            if queued <= keep * len(self.assigned_work):  # the workers left take it all within a window or two
+                while self.workqueue:  # now: xdist shuts them down when it starts no replacement
+                    live = [n for n in self.assigned_work if not n.shutting_down]
+                    if not live:
+                        return crashitem
+                    self._assign_work_unit(min(live, key=lambda n: self._pending_of(self.assigned_work[n])))
+                controller.no_replacement()
+            return crashitem
 
     return WindowScheduling(config, log)
 

@@ -1,4 +1,4 @@
-"""The three report hooks: what each item's reports carry, how they read, and what the controller counts.
+"""The report hooks: what each item's reports carry, how they read, and what the controller counts.
 
 On every process :meth:`ReportHooks.pytest_runtest_makereport` puts the
 item's slim row (:func:`~.results.report_row`), and on an xdist worker the
@@ -7,7 +7,9 @@ the loader's message of an invalid task and the reason of a skip; these
 attributes travel to the xdist controller.  There
 :meth:`~ReportHooks.pytest_runtest_logreport` stores a worker's episode and
 counts every row, skip, invalid task and harness error in the session's
-:class:`~.finish.Tally`, which the finish reads.
+:class:`~.finish.Tally`, which the finish reads.  The item a dead worker
+was running comes back as xdist's crash report, which
+:meth:`~ReportHooks.pytest_handlecrashitem` gives an ERROR row.
 """
 
 from __future__ import annotations
@@ -131,6 +133,27 @@ class ReportHooks:
             t.unstored += 1   # counted once for the summary's line (the item is an ERROR already)
             if t.unstored_error is None:
                 t.unstored_error = next(x for x in text.splitlines() if STORE_ERROR in x).split(STORE_ERROR, 1)[1]
+
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        """The item an xdist worker was running when it died: one ERROR row (``WorkerLost``), stored and counted.
+
+        xdist's crash report becomes a setup error carrying that row, so
+        :meth:`pytest_runtest_logreport` stores and counts it like any
+        episode's; ``--agentperturb-resume`` runs it again.
+        """
+        if self.controller is None:
+            return
+        node = getattr(report, "node", None)
+        rec = self.controller.lost_record(crashitem, str(node.gateway.id) if node is not None else "?")
+        if rec is None:
+            return
+        report.when = "setup"  # pytest shows an ERROR, not a failure
+        report.longrepr = rec.error
+        row = report_row(rec, None, reused=False, reproduce="")
+        row["episode"] = episode_row(rec, "", None)
+        setattr(report, REPORT_ATTR, row)
 
 
 def failed_checks(rec: EpisodeRecord) -> list[str]:
