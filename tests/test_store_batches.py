@@ -22,6 +22,7 @@ from pathlib import Path
 from pytest_agentperturb.model.records import EpisodeRecord
 from pytest_agentperturb.run import store as store_module
 from pytest_agentperturb.run.store import Store
+from test_xdist_resume import SLOW_AGENT  # the slow reference agent a kill test needs
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TASKS = len([p for p in (ROOT / "suites" / "workflows").iterdir() if (p / "task.toml").is_file()])
@@ -66,23 +67,10 @@ def test_a_buffered_episode_is_committed_by_the_timer_and_by_close(tmp_path: Pat
     assert on_disk() == 2
 
 
-KILL_CONFTEST = '''
-import asyncio
+KILL_CONFTEST = SLOW_AGENT + '''
 import json
 import os
 import time
-import pytest
-from pytest_agentperturb.agents.reference import CarefulAgent
-
-class Slow(CarefulAgent):
-    name = "test/slow"
-    async def run(self, ctx):
-        await asyncio.sleep(0.2)
-        await super().run(ctx)
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_agentperturb_make_agent(model, config):
-    return Slow() if model == "test/slow" else None
 
 def pytest_agentperturb_episode_recorded(record, config):
     # right after the episode was handed to the store (buffered, or committed with its batch)
