@@ -150,7 +150,8 @@ def test_the_scheduler_tops_a_worker_up_before_its_window_drains(pytester: pytes
         sched.mark_test_complete(a, i)
     assert a.sent[20:] == list(range(40, 50)) and not a.shutting_down
     sched.mark_test_complete(a, 23)
-    assert a.shutting_down  # nothing left to send: a finishes what it holds
+    assert not a.shutting_down  # nothing left to send, but xdist shuts workers down at the end: a survivor
+    # can still take the unstarted items of a worker that dies (plugin/distribute.py)
     assert sorted(a.sent + b.sent) == list(range(50))  # every item sent once
 
 
