@@ -173,7 +173,7 @@ def test_a_killed_worker_leaves_one_error_row_that_resume_reruns(tmp_path: Path)
     assert ended - (proj / "killed").stat().st_mtime < 30, out.stdout[-2000:]
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT task, family, error FROM episodes").fetchall()
-        stamps = dict(((t, f), s) for t, f, s in c.execute("SELECT task, family, recorded_at FROM episodes"))
+        stamps = {(t, f): s for t, f, s in c.execute("SELECT task, family, recorded_at FROM episodes")}
     # the controller finished within seconds of the last row it stored (the issue measured 84-166 s)
     assert ended - max(stamps.values()) < 10, (ended - max(stamps.values()), out.stdout[-2000:])
     assert len(rows) == expected and len({r[:2] for r in rows}) == expected  # every item once, none twice
@@ -189,7 +189,7 @@ def test_a_killed_worker_leaves_one_error_row_that_resume_reruns(tmp_path: Path)
     assert f"episodes run: 1, reused: {expected - 1}" in resumed.stdout, resumed.stdout[-2000:]
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT task, family, error FROM episodes").fetchall()
-        after = dict(((t, f), s) for t, f, s in c.execute("SELECT task, family, recorded_at FROM episodes"))
+        after = {(t, f): s for t, f, s in c.execute("SELECT task, family, recorded_at FROM episodes")}
     assert len(rows) == expected and not any(r[2] for r in rows)
     lost = errors[0][:2]
     assert {k for k in after if after[k] != stamps[k]} == {lost}  # it, and only it, was run again
