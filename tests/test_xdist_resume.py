@@ -162,7 +162,10 @@ def test_a_killed_worker_leaves_one_error_row_that_resume_reruns(tmp_path: Path)
     last = sorted(p.name for p in (proj / "suites" / "workflows").iterdir() if (p / "task.toml").is_file())[-1]
     args = ["--agentperturb", "suites/workflows", "--agentperturb-model", "test/killing",
             "--agentperturb-families", "clean,user-missing", "--agentperturb-concurrency", "2"]
-    env = {**os.environ, "KILL_TASK": last}
+    # a temporary root of its own: pytest prunes earlier sessions' folders there at the end of the session (all
+    # but the last three), however much other sessions left in the shared one (bench/workerloss.py)
+    (proj / "temproot").mkdir()
+    env = {**os.environ, "KILL_TASK": last, "PYTEST_DEBUG_TEMPROOT": str(proj / "temproot")}
     expected = N_TASKS * 2
     db = proj / "reports" / "agentperturb.sqlite"
     out = _pytest(proj, *args, "-n", "2", "-v", env=env)
