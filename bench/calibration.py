@@ -222,6 +222,8 @@ def main() -> None:
     ap.add_argument("--interval", choices=INTERVAL_METHODS, default="bca",
                     help="the interval method whose coverage is measured (bca: the reported one)")
     ap.add_argument("--quick", action="store_true", help="the first two configurations only")
+    ap.add_argument("--configs", default="",
+                    help="the drop table's configurations instead of the default, e.g. 10:1:low-score,50:1:low-score")
     ap.add_argument("--full", action="store_true", help="also K = 5, 50 tasks at K = 3 and more low-score sizes")
     ap.add_argument("--drop", type=float, default=0.0,
                     help="a true relative drop (e.g. 0.25) in every family: the rates are then the power")
@@ -242,16 +244,20 @@ def main() -> None:
     start = time.perf_counter()
     what = "false alarm" if args.drop == 0 else f"power (true drop {100 * args.drop:g} % in every family)"
     configs = CONFIGS[:2] if args.quick else CONFIGS + (FULL if args.full else [])
+    if args.configs:
+        configs = [(int(t), int(k), s) for t, k, s in (c.split(":") for c in args.configs.split(","))]
     if args.tables in ("regression", "swap"):
         configs = []
     else:
         print(f"{'null world' if args.drop == 0 else 'drop world'}, {args.runs} runs per configuration; {what} "
               "+- Monte-Carlo standard error")
         print(f"{'tasks':>5} {'K':>2} {'suite':<9}  {'overall':>15}  {'4 targets':>15}  {'12 families':>15}  "
-              f"{'C = 0':>6}  {'C* = 0':>6}  {'detectable':>10}  {'cover overall':>14}  {'cover families':>14}")
+              f"{'C = 0':>6}  {'C* = 0':>6}  {'detectable':>10}  {'cover overall':>14}  {'cover families':>14}  "
+              f"{'exact o/f':>9}  {'bca cover o/f':>13}  {'exact cover o/f':>15}")
     for tasks, k, suite in configs:
         fa_o = fa_t = fa_f = undefined = 0
         c0_share, mdd, cov_o, cov_f = [], [], [], []
+        by_method: dict[tuple[str, str], list[bool]] = {}    # (overall | family, interval_method) -> covered?
         true_d = 100.0 * args.drop
         for _ in range(args.runs):
             df = null_run(rng, tasks, k, suite, args.drop)
@@ -270,11 +276,15 @@ def main() -> None:
                 lo, hi = float(row["ci_low"].iloc[0]), float(row["ci_high"].iloc[0])
                 if math.isfinite(lo) and math.isfinite(hi):
                     cov_o.append(lo - 1e-9 <= true_d <= hi + 1e-9)
+                    by_method.setdefault(("o", str(row["interval_method"].iloc[0])), []).append(cov_o[-1])
             fam = d[(d["model"] == "m") & (d["level_kind"] == "family")]
             fin = np.isfinite(fam["ci_low"].to_numpy(float)) & np.isfinite(fam["ci_high"].to_numpy(float))
             if fin.any():
                 lo_f, hi_f = fam["ci_low"].to_numpy(float)[fin], fam["ci_high"].to_numpy(float)[fin]
-                cov_f.append(float(((lo_f - 1e-9 <= true_d) & (true_d <= hi_f + 1e-9)).mean()))
+                hit = (lo_f - 1e-9 <= true_d) & (true_d <= hi_f + 1e-9)
+                cov_f.append(float(hit.mean()))
+                for meth, h in zip(fam["interval_method"].to_numpy()[fin], hit):
+                    by_method.setdefault(("f", str(meth)), []).append(bool(h))
         n = args.runs
         ro, rt, rf = fa_o / n, fa_t / n, fa_f / n
         worst = max(worst, ro, rt, rf)
@@ -289,9 +299,18 @@ def main() -> None:
             se = float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else float("nan")
             return f"{a.mean():.3f} +- {se:.3f}"
 
+        def share(level: str) -> str:
+            tot = sum(len(v) for (lv, _), v in by_method.items() if lv == level)
+            return f"{len(by_method.get((level, 'exact'), [])) / max(tot, 1):4.2f}"
+
+        def split(meth: str) -> str:
+            return "/".join(f"{np.mean(by_method[(lv, meth)]):.3f}" if by_method.get((lv, meth)) else "-"
+                            for lv in ("o", "f"))
+
         print(f"{tasks:>5} {k:>2} {suite:<9}  {pm(ro):>15}  {pm(rt):>15}  {pm(rf):>15}  {100 * undefined / n:5.1f}%  "
               f"{100 * float(np.mean(c0_share)):5.1f}%  {float(np.nanmean(mdd)):8.0f} %  "
-              f"{cover([float(x) for x in cov_o]):>14}  {cover(cov_f):>14}", flush=True)
+              f"{cover([float(x) for x in cov_o]):>14}  {cover(cov_f):>14}  {share('o')}/{share('f')}  "
+              f"{split(args.interval):>13}  {split('exact'):>15}", flush=True)
     if configs:
         print(f"nominal: 2.5 % (one-sided); Monte-Carlo error at 2.5 % and {args.runs} runs: "
               f"+- {100 * math.sqrt(0.025 * 0.975 / args.runs):.1f} %; coverage: {args.interval} interval, "
