@@ -23,7 +23,10 @@ the true D, and the share of the 12 family intervals that hold it (the
 true D is 0 in the null world and 100 x ``--drop`` in the drop world, for
 every task and so for every level); runs whose D is undefined (C = 0) have
 no interval and are left out of the coverage; a degenerate interval counts
-like any other.  The Monte-Carlo standard error of the family coverage is
+like any other; ``exact o/f`` is the share of overall (family) intervals that are exact
+(``interval_method``, docs/design.md section 4.1, "Exact intervals in sparse rows"), and
+``bca cover o/f`` / ``exact cover o/f`` the coverage of each kind ("-": none).  ``--configs
+10:1:low-score,50:1:low-score`` measures chosen configurations.  The Monte-Carlo standard error of the family coverage is
 that of the per-run shares (the 12 families of one run are not
 independent).  The last line is ``fwer: <max over configurations>``
 (largest false-alarm rate of any gate, the regression's included).  The bootstrap runs with the
