@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -259,3 +260,25 @@ def test_the_exact_coverage_is_at_least_95_percent() -> None:
             lo, hi = ratio_interval(float(x.mean()), 10, float(y.mean()), 10)
             tot, hits = tot + 1, hits + (lo <= 40.0 <= hi)
     assert hits / tot >= 0.95
+
+
+def test_agentperturb_analyze_says_exact_in_the_terminal_json_and_report(tmp_path: Path) -> None:
+    import json
+
+    from pytest_agentperturb.cli import main
+
+    csv = tmp_path / "e.csv"
+    _issue_case()[["model", "suite", "task", "family", "reward"]].to_csv(csv, index=False)
+    out, html = tmp_path / "s.json", tmp_path / "r.html"
+    assert main(["analyze", "--results", str(csv), "--json", str(out), "--out", str(html), "--replicates", "300"]) == 0
+    from pytest_agentperturb.analysis import analyze, summary_lines
+
+    (line,) = summary_lines(analyze(_issue_case(), replicates=300, permutations=100))   # the terminal's line
+    assert "drop 8.3% [-" in line and "] exact  " in line                    # 1 - (22/120) / 0.2; not one point
+    summary = json.loads(out.read_text())
+    assert summary["degradation"][0]["interval_method"] == "exact"
+    fam = [r for r in summary["drops"] if r["level"] == "tool-missing" and r["model"] == "m"]
+    assert fam[0]["interval_method"] == "exact" and fam[0]["ci_low"] < fam[0]["ci_high"] == 100.0
+    page = html.read_text()
+    assert "<td class=ci>[-1931.9 %, 100.0 %] exact</td>" in page              # the family row, in the table
+    assert "(exact)" in page                                                  # the dot plot's labels
