@@ -79,6 +79,9 @@ def test_sparse_data_never_breach_on_a_degenerate_interval() -> None:
     assert row.interval_method == "exact" and row.ci_low < 50.0 < row.ci_high == 100.0
     assert row.p_exact == pytest.approx(0.25) and row.n_boot_undefined > 0
     assert gate.evaluate_tables(gate.parse({"max_family_drop": ["50"]}), d, df).failed       # point: breached
+    cons = gate.evaluate_tables(gate.parse({"max_family_drop": ["50"], "gate_on": "conservative"}), d, df).breaches
+    (tm,) = [b.line() for b in cons if "[tool-missing]" in b.line()]
+    assert "(95 % interval [-1931.9 %, 100.0 %] exact)" in tm                              # the line says exact
     v = gate.evaluate_tables(gate.parse({"max_family_drop": ["50"], "gate_on": "significant"}), d, df)
     assert not v.failed
     lines = v.lines()
