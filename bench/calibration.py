@@ -302,13 +302,12 @@ def main() -> None:
             se = float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else float("nan")
             return f"{a.mean():.3f} +- {se:.3f}"
 
-        def share(level: str) -> str:
-            tot = sum(len(v) for (lv, _), v in by_method.items() if lv == level)
-            return f"{len(by_method.get((level, 'exact'), [])) / max(tot, 1):4.2f}"
+        def share(level: str, by: dict[tuple[str, str], list[bool]] = by_method) -> str:
+            tot = sum(len(v) for (lv, _), v in by.items() if lv == level)
+            return f"{len(by.get((level, 'exact'), [])) / max(tot, 1):4.2f}"
 
-        def split(meth: str) -> str:
-            return "/".join(f"{np.mean(by_method[(lv, meth)]):.3f}" if by_method.get((lv, meth)) else "-"
-                            for lv in ("o", "f"))
+        def split(meth: str, by: dict[tuple[str, str], list[bool]] = by_method) -> str:
+            return "/".join(f"{np.mean(by[(lv, meth)]):.3f}" if by.get((lv, meth)) else "-" for lv in ("o", "f"))
 
         print(f"{tasks:>5} {k:>2} {suite:<9}  {pm(ro):>15}  {pm(rt):>15}  {pm(rf):>15}  {100 * undefined / n:5.1f}%  "
               f"{100 * float(np.mean(c0_share)):5.1f}%  {float(np.nanmean(mdd)):8.0f} %  "

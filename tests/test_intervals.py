@@ -170,7 +170,11 @@ def _issue_case() -> pd.DataFrame:
 
 
 def test_clopper_pearson_and_the_beta_quantile() -> None:
-    from pytest_agentperturb.analysis.exact import beta_cdf, clopper_pearson, effective_n
+    from pytest_agentperturb.analysis.exact import (
+        beta_cdf,
+        clopper_pearson,
+        effective_n,
+    )
 
     # scipy.stats.beta.ppf(0.025, 2, 9), beta.ppf(0.975, 3, 8); beta.cdf(0.3, 2.5, 4)
     assert clopper_pearson(2, 10, 0.025) == pytest.approx((0.025210726326833, 0.556095462307641), rel=1e-9)
@@ -186,7 +190,7 @@ def test_the_issue_case_gets_an_exact_interval_that_is_not_degenerate() -> None:
     row = d[(d["model"] == "m") & (d["level"] == "tool-missing")].iloc[0]
     assert row.relative_drop == 100.0 and row.boot_degenerate                # every bootstrap replicate says 100
     assert row.interval_method == "exact"
-    assert row.ci_low < 0.0 < 50.0 < row.ci_high == 100.0                    # D of 50, or none, is plausible
+    assert row.ci_low < 0.0 and row.ci_high == 100.0                          # D of 50, or none, is plausible
     old = drops(df, replicates=800, seed=1, method="percentile")              # what the bootstrap alone reports
     prow = old[(old["model"] == "m") & (old["level"] == "tool-missing")].iloc[0]
     assert (prow.ci_low, prow.ci_high, prow.interval_method) == (100.0, 100.0, "percentile")
@@ -239,7 +243,7 @@ def test_ratio_interval_contains_the_estimate_on_a_grid() -> None:
 
     for n in (3, 10, 25):
         for kc in range(1, n + 1):
-            for kp in range(0, n + 1):
+            for kp in range(n + 1):
                 lo, hi = ratio_interval(kc / n, n, kp / n, n)
                 d = 100.0 * (1 - kp / kc)
                 assert lo < d + 1e-9 and d - 1e-9 < hi and lo < hi

@@ -7,7 +7,7 @@ drops are in percent of the clean score.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -180,7 +180,7 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
                 ev = _evidence(csum4[m, ..., j], psum4[m, ..., j], cnt4[m, ..., j], float(c[m, j]), binary,
                                db[:, m, j])
                 wm = cnt4[m, ..., j][cnt4[m, ..., j] > 0]
-                ci = _interval(method, binary, ev, float(lo[m, j]), float(hi[m, j]), float(c[m, j]), effective_n(wm),
+                ci = _interval(method, binary, ev, float(lo[m, j]), float(hi[m, j]), float(c[m, j]), effective_n(wm.tolist()),
                                float(p[m, j]), float(n[m, j]), replicates)
                 out.append({"model": model, "suite": suite, "baseline": bool(base_of.get(model, False)),
                             "level_kind": kind, "level": lab, "clean": float(c[m, j]), "perturbed": float(p[m, j]),
@@ -197,7 +197,7 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
             nh = n[have, j]
             wc = np.concatenate([cnt4[k, ..., j][cnt4[k, ..., j] > 0] / (len(nh) * nk)
                                  for k, nk in zip(np.flatnonzero(have), nh)])
-            ci = _interval(method, binary, ev, float(plo[j]), float(phi[j]), float(pool_c[j]), effective_n(wc),
+            ci = _interval(method, binary, ev, float(plo[j]), float(phi[j]), float(pool_c[j]), effective_n(wc.tolist()),
                            float(pool_p[j]), float(len(nh) ** 2 / (1.0 / nh).sum()), replicates)
             out.append({"model": ALL_MODELS, "suite": suite, "baseline": all(base_of.get(m, False) for m in real),
                         "level_kind": kind, "level": lab, "clean": float(pool_c[j]), "perturbed": float(pool_p[j]),
@@ -212,7 +212,7 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
 
 
 def _evidence(csum: np.ndarray | None, psum: np.ndarray | None, cnt: np.ndarray | None, clean: float, binary: bool,
-              reps: np.ndarray) -> dict[str, object]:
+              reps: np.ndarray) -> dict[str, Any]:
     """What a row's decision rests on: clusters, the exact test, the smallest detectable drop, the bootstrap.
 
     A cluster is one (task, repeat index) with pairs at the level; ``csum``,
@@ -239,7 +239,7 @@ def _evidence(csum: np.ndarray | None, psum: np.ndarray | None, cnt: np.ndarray 
     return row
 
 
-def _interval(method: str, binary: bool, ev: dict[str, object], lo: float, hi: float, clean: float, n_clean: float,
+def _interval(method: str, binary: bool, ev: dict[str, Any], lo: float, hi: float, clean: float, n_clean: float,
               pert: float, n_pert: float, replicates: int) -> dict[str, object]:
     """A row's reported interval: the bootstrap's, or the exact one where a binary row is sparse (:mod:`.exact`).
 
