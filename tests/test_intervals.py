@@ -286,3 +286,11 @@ def test_agentperturb_analyze_says_exact_in_the_terminal_json_and_report(tmp_pat
     page = html.read_text()
     assert "<td class=ci>[-1931.9 %, 100.0 %] exact</td>" in page              # the family row, in the table
     assert "(exact)" in page                                                  # the dot plot's labels
+
+
+def test_continuous_rewards_keep_the_bootstrap_interval_even_when_sparse() -> None:
+    df = _issue_case()
+    df["reward"] = df["reward"] * 0.9                          # rewards 0 and 0.9: not a binary suite
+    d = drops(df, replicates=300, seed=1)
+    row = d[(d["model"] == "m") & (d["level"] == "tool-missing")].iloc[0]
+    assert row.interval_method == "bca" and row.boot_degenerate and (row.ci_low, row.ci_high) == (100.0, 100.0)
