@@ -202,7 +202,8 @@ def summary_lines(a: Analysis) -> list[str]:
         rate = float(comp.astype(bool).mean()) if len(comp) else float("nan")
         lines.append(
             f"{r['model']:<22} {r['suite']:<12} clean {r['clean']:.3f}  perturbed {r['perturbed']:.3f}  "
-            f"drop {r['relative_drop']:.1f}% [{r['ci_low']:.1f}, {r['ci_high']:.1f}]  "
+            f"drop {r['relative_drop']:.1f}% [{r['ci_low']:.1f}, {r['ci_high']:.1f}]"
+            + (" exact" if r.get("interval_method") == "exact" else "") + "  "
             f"compliance {rate:.2f}  turns/episode {g['turns'].mean():.1f}  pairs {int(r['n_pairs'])}"
             + (f" (dropped {int(r['n_dropped'])}: {r['dropped_why']})" if r["n_dropped"] else "")
             + _detectable(r))
@@ -293,7 +294,8 @@ def summary(a: Analysis) -> dict[str, Any]:
     return {
         "degradation": records(a.overall, ["model", "suite", "baseline", "clean", "perturbed", "relative_drop",
                                            "ci_low", "ci_high", "n_tasks", "n_perturbed", "n_pairs", "n_dropped",
-                                           "dropped_why", "p_exact", "min_detectable", "n_boot_undefined"]),
+                                           "dropped_why", "p_exact", "min_detectable", "n_boot_undefined",
+                                           "interval_method"]),
         "suite_average": records(a.suite_average),
         "predictors": records(a.predictors),
         "clean_score_predictor": records(a.clean_score),
