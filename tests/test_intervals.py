@@ -216,10 +216,30 @@ def test_exact_intervals_are_deterministic_and_do_not_depend_on_the_bootstrap_se
 
 
 def test_a_dense_binary_row_keeps_the_bca_interval() -> None:
-    df = _run(40, 2, drop=0.3)
+    for tasks, repeats in ((50, 1), (40, 2), (10, 3)):
+        df = _run(tasks, 2, repeats=repeats, drop=0.3)
+        d = drops(df, replicates=800, seed=9)
+        assert set(d["interval_method"]) == {"bca"}, (tasks, repeats)
+        assert (d["n_boot_undefined"] == 0).all() and not d["boot_degenerate"].any()
+
+
+@pytest.mark.parametrize("tasks", [10, 25, 49])
+def test_one_repeat_on_fewer_than_50_tasks_is_exact_by_design(tasks: int) -> None:
+    """K = 1 below 50 tasks: exact whatever the outcomes (a dense row too); the point estimates are the bootstrap's."""
+    from pytest_agentperturb.analysis.exact import DESIGN_TASKS, ratio_interval
+
+    assert DESIGN_TASKS == 50
+    df = _run(tasks, 2, drop=0.3)
     d = drops(df, replicates=800, seed=9)
-    assert set(d["interval_method"]) == {"bca"}
-    assert (d["n_boot_undefined"] == 0).all() and not d["boot_degenerate"].any()
+    old = drops(df, replicates=800, seed=9, method="percentile")
+    assert set(d["interval_method"]) == {"exact"}
+    pd.testing.assert_series_equal(d["relative_drop"], old["relative_drop"])
+    ov = d[(d["model"] == "m") & (d["level_kind"] == "overall")].iloc[0]
+    assert (ov.ci_low, ov.ci_high) == pytest.approx(ratio_interval(ov.clean, tasks, ov.perturbed, 2 * tasks))
+    assert ov.ci_low <= ov.relative_drop <= ov.ci_high and ov.ci_low < ov.ci_high
+    # continuous rewards keep the bootstrap interval at K = 1 (the exact interval is for 0/1 outcomes)
+    cont = df.assign(reward=df["reward"] * 0.9 + 0.05)
+    assert set(drops(normalise(cont), replicates=300, seed=9)["interval_method"]) == {"bca"}
 
 
 @pytest.mark.parametrize("seed", range(12))

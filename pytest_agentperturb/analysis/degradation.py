@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
-from .exact import EXACT, effective_n, is_sparse, ratio_interval
+from .exact import EXACT, effective_n, exact_by_design, is_sparse, ratio_interval
 from .stats import (
     INTERVAL_METHODS,
     N_BOOTSTRAP,
@@ -180,8 +180,9 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
                 ev = _evidence(csum4[m, ..., j], psum4[m, ..., j], cnt4[m, ..., j], float(c[m, j]), binary,
                                db[:, m, j])
                 wm = cnt4[m, ..., j][cnt4[m, ..., j] > 0]
+                by_design = exact_by_design(int((cnt4[m, ..., j].sum(0) > 0).sum()), int((cnt[m, :, j] > 0).sum()))
                 ci = _interval(method, binary, ev, float(lo[m, j]), float(hi[m, j]), float(c[m, j]), effective_n(wm.tolist()),
-                               float(p[m, j]), float(n[m, j]), replicates)
+                               float(p[m, j]), float(n[m, j]), replicates, by_design)
                 out.append({"model": model, "suite": suite, "baseline": bool(base_of.get(model, False)),
                             "level_kind": kind, "level": lab, "clean": float(c[m, j]), "perturbed": float(p[m, j]),
                             "relative_drop": relative_degradation(float(c[m, j]), float(p[m, j])),
@@ -197,8 +198,10 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
             nh = n[have, j]
             wc = np.concatenate([cnt4[k, ..., j][cnt4[k, ..., j] > 0] / (len(nh) * nk)
                                  for k, nk in zip(np.flatnonzero(have), nh)])
+            by_design = exact_by_design(int((cnt4[have, ..., j].sum((0, 1)) > 0).sum()),
+                                        int((cnt[have, :, j].sum(0) > 0).sum()))
             ci = _interval(method, binary, ev, float(plo[j]), float(phi[j]), float(pool_c[j]), effective_n(wc.tolist()),
-                           float(pool_p[j]), float(len(nh) ** 2 / (1.0 / nh).sum()), replicates)
+                           float(pool_p[j]), float(len(nh) ** 2 / (1.0 / nh).sum()), replicates, by_design)
             out.append({"model": ALL_MODELS, "suite": suite, "baseline": all(base_of.get(m, False) for m in real),
                         "level_kind": kind, "level": lab, "clean": float(pool_c[j]), "perturbed": float(pool_p[j]),
                         "relative_drop": relative_degradation(float(pool_c[j]), float(pool_p[j])),
@@ -240,15 +243,17 @@ def _evidence(csum: np.ndarray | None, psum: np.ndarray | None, cnt: np.ndarray 
 
 
 def _interval(method: str, binary: bool, ev: dict[str, Any], lo: float, hi: float, clean: float, n_clean: float,
-              pert: float, n_pert: float, replicates: int) -> dict[str, object]:
+              pert: float, n_pert: float, replicates: int, by_design: bool = False) -> dict[str, object]:
     """A row's reported interval: the bootstrap's, or the exact one where a binary row is sparse (:mod:`.exact`).
 
     Sparse: fewer than 5 clean passes (effective count ``clean`` x
     ``n_clean``), a degenerate bootstrap, or more than 1 % of the replicates
-    with C* = 0.  ``method="percentile"`` always reports the percentile interval.
+    with C* = 0.  ``by_design`` (:func:`~.exact.exact_by_design`: one repeat
+    index, fewer than 50 tasks) makes every binary row exact, whatever its
+    outcomes.  ``method="percentile"`` always reports the percentile interval.
     """
-    if method == "bca" and binary and clean > 0 and is_sparse(
-            clean * n_clean, bool(ev["boot_degenerate"]), int(ev["n_boot_undefined"]) / max(replicates, 1)):
+    if method == "bca" and binary and clean > 0 and (by_design or is_sparse(
+            clean * n_clean, bool(ev["boot_degenerate"]), int(ev["n_boot_undefined"]) / max(replicates, 1))):
         e_lo, e_hi = ratio_interval(clean, n_clean, pert, n_pert)
         return {"ci_low": e_lo, "ci_high": e_hi, "interval_method": EXACT}
     return {"ci_low": lo, "ci_high": hi, "interval_method": method}

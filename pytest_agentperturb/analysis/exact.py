@@ -32,6 +32,10 @@ from collections.abc import Sequence
 SPARSE_PASSES = 5.0
 #: Largest share of bootstrap replicates with clean score 0 (no D) a BCa interval is reported with.
 SPARSE_UNDEFINED = 0.01
+#: With one repeat index (K = 1) a binary row over fewer tasks than this always gets the exact interval: a design
+#: rule (K and the number of tasks, never the outcomes), because there the data-driven switch leaves BCa intervals
+#: selected on their clean passes, which cover 0.977-0.979 per family (docs/design.md section 4.1).
+DESIGN_TASKS = 50
 #: What ``interval_method`` says for an exact interval.
 EXACT = "exact"
 
@@ -127,3 +131,8 @@ def ratio_interval(clean: float, n_clean: float, pert: float, n_pert: float, lev
 def is_sparse(clean_passes: float, degenerate: bool, undefined_share: float) -> bool:
     """Whether a binary row gets the exact interval: few clean passes, a degenerate bootstrap, or many C* = 0."""
     return bool(degenerate or clean_passes < SPARSE_PASSES or undefined_share > SPARSE_UNDEFINED)
+
+
+def exact_by_design(repeats: int, tasks: int) -> bool:
+    """Whether a binary row gets the exact interval whatever its outcomes: one repeat index and few tasks."""
+    return repeats <= 1 and tasks < DESIGN_TASKS
