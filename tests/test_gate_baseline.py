@@ -81,9 +81,10 @@ def test_interval_rules_on_max_drop_and_the_breach_line() -> None:
     # six failed tasks), and the gate says so after the breach line
     power = ("agentperturb gate: --agentperturb-max-drop for m on s: this run cannot tell a 30 % drop from noise")
     v = gate.evaluate_tables(gate.parse({"max_drop": "30", "gate_on": "conservative"}), d, df)
+    assert row.interval_method == "exact"        # 12 tasks, one repeat: exact by design (docs/design.md 4.1)
     assert v.lines()[0] == (
         f"agentperturb gate: --agentperturb-max-drop breached by m on s: relative drop {row.relative_drop:.1f} % "
-        f"(95 % interval [{row.ci_low:.1f} %, {row.ci_high:.1f} %]) > limit 30.0 % under --agentperturb-gate-on "
+        f"(95 % interval [{row.ci_low:.1f} %, {row.ci_high:.1f} %] exact) > limit 30.0 % under --agentperturb-gate-on "
         "conservative: part of the 95 % interval lies above the limit")
     assert len(v.lines()) == 2 and v.lines()[1].startswith(power)
     point = gate.evaluate_tables(gate.parse({"max_drop": "30"}), d, df)   # today's line, unchanged
