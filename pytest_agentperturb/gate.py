@@ -614,7 +614,7 @@ def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episo
             elif exceeds(thresholds.gate_on, d, float(r.ci_low), float(r.ci_high), limit):
                 verdict.breaches.append(IntervalBreach(
                     flag, subj, d, limit, "change in D", low=float(r.ci_low), high=float(r.ci_high),
-                    rule=thresholds.gate_on, rule_flag=rule_flag))
+                    rule=thresholds.gate_on, rule_flag=rule_flag, method=str(getattr(r, "interval_method", ""))))
 
 
 def _regression_candidate(r: Any, d: float, limit: float, subject: str, boot: Any) -> _Candidate:
@@ -630,7 +630,8 @@ def _regression_candidate(r: Any, d: float, limit: float, subject: str, boot: An
 
     from .analysis.stats import bootstrap_p
 
-    c = _Candidate(subject, "all", "change in D", d, limit, float(r.ci_low), float(r.ci_high))
+    c = _Candidate(subject, "all", "change in D", d, limit, float(r.ci_low), float(r.ci_high),
+                   method=str(getattr(r, "interval_method", "")))
     p_exact = float(getattr(r, "p_exact", math.nan))
     exact = f"exact paired swap test of no regression on {int(r.n_tasks)} tasks"
     if boot is None:    # no replicates kept: the interval stands in for the bootstrap p

@@ -120,12 +120,33 @@ def test_drops_report_the_expanded_bca_interval_deterministically() -> None:
 
 
 def test_baseline_change_interval_is_bca_too() -> None:
-    cur, base = _run(20, 4, drop=0.4), _run(20, 4)
+    cur, base = _run(20, 4, repeats=2, drop=0.4), _run(20, 4, repeats=2)
     cmp = compare(cur.assign(run_id="b"), base.assign(run_id="a"), replicates=800, seed=2).deltas
     ov = cmp[cmp["level_kind"] == "overall"].iloc[0]
-    assert ov.ci_low <= ov.delta <= ov.ci_high
+    assert ov.ci_low <= ov.delta <= ov.ci_high and set(cmp["interval_method"]) == {"bca"}
     again = compare(cur.assign(run_id="b"), base.assign(run_id="a"), replicates=800, seed=2).deltas
     pd.testing.assert_frame_equal(cmp, again)
+
+
+def test_baseline_change_is_exact_by_design_at_one_repeat_below_50_tasks() -> None:
+    """K = 1, 20 tasks: the change's interval joins the two runs' exact intervals (Bonferroni), whatever the seed."""
+    from pytest_agentperturb.analysis.exact import change_interval, ratio_interval
+
+    cur, base = _run(20, 4, drop=0.4), _run(20, 4)
+    a = compare(cur.assign(run_id="b"), base.assign(run_id="a"), replicates=800, seed=2).deltas
+    b = compare(cur.assign(run_id="b"), base.assign(run_id="a"), replicates=800, seed=3).deltas
+    assert set(a["interval_method"]) == {"exact"}
+    pd.testing.assert_frame_equal(a[["ci_low", "ci_high", "verdict"]], b[["ci_low", "ci_high", "verdict"]])  # no draws
+    d_cur, d_base = drops(cur, replicates=200), drops(base, replicates=200)
+    oc = d_cur[(d_cur["model"] == "m") & (d_cur["level_kind"] == "overall")].iloc[0]
+    ob = d_base[(d_base["model"] == "m") & (d_base["level_kind"] == "overall")].iloc[0]
+    ov = a[a["level_kind"] == "overall"].iloc[0]
+    lo, hi = change_interval((oc.clean, 20, oc.perturbed, 40), (ob.clean, 20, ob.perturbed, 40))
+    assert (ov.ci_low, ov.ci_high) == pytest.approx((lo, hi))
+    assert ov.ci_low <= ov.delta <= ov.ci_high
+    # wider than the difference of the two 95 % intervals' ends: each run's interval is at 97.5 %
+    c95, b95 = ratio_interval(oc.clean, 20, oc.perturbed, 40), ratio_interval(ob.clean, 20, ob.perturbed, 40)
+    assert lo < c95[0] - b95[1] and hi > c95[1] - b95[0]
 
 
 def test_calibration_bench_prints_coverage_and_ends_with_fwer(capsys: pytest.CaptureFixture[str],

@@ -250,8 +250,8 @@ def extra_summary_lines(a: Analysis) -> list[str]:
         ov = v.deltas[v.deltas["level_kind"] == "overall"]
         for r in ov.itertuples(index=False):
             lines.append(f"{r.model:<22} {r.suite:<12} versus {v.label} ({r.baseline_model}): D {r.d_current:.1f}% "
-                         f"vs {r.d_baseline:.1f}%, change {r.delta:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}] "
-                         f"({r.verdict}), {int(r.n_tasks)} tasks"
+                         f"vs {r.d_baseline:.1f}%, change {r.delta:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}]"
+                         f"{' exact' if getattr(r, 'interval_method', '') == 'exact' else ''} ({r.verdict}), {int(r.n_tasks)} tasks"
                          + (f", detectable change >= {r.min_detectable:.0f} points (80% power, one-sided 2.5%)"
                             if r.min_detectable == r.min_detectable else ""))
         if len(v.mismatches):

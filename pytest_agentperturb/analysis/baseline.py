@@ -31,6 +31,7 @@ import numpy as np
 
 from ..model.task import CLEAN
 from .degradation import ALL_MODELS, _level_rows, _levels, drops, relative_degradation
+from .exact import EXACT, change_interval, effective_n, exact_by_design
 from .stats import ALPHA, N_BOOTSTRAP, FloatArray, Replicates, bca_interval, bootstrap_weights, draw_sums, swap_test
 from .table import pairs, with_repeat
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 ROSE, FELL, SAME = "rose", "fell", "not distinguishable"
 DELTA_COLUMNS = ["model", "baseline_model", "suite", "baseline", "level_kind", "level", "d_current", "d_baseline",
                  "delta", "ci_low", "ci_high", "n_tasks", "n_pairs_current", "n_pairs_baseline", "verdict",
-                 "min_detectable", "p_exact"]
+                 "min_detectable", "p_exact", "interval_method"]
 MISMATCH_COLUMNS = ["model", "baseline_model", "suite", "task", "family", "reason"]
 TREND_COLUMNS = ["run_id", "order", "model", "suite", "baseline", "clean", "perturbed", "relative_drop", "ci_low",
                  "ci_high", "n_pairs"]
@@ -207,6 +208,8 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
                                         float(bp[..., j].sum()) / float(bn[..., j].sum()))
                  if both[:, j].any() else float("nan") for j in range(len(levels))]
     lo, hi = bca_interval(delta_b, np.asarray(d_hat, dtype=float), delta_j, level, expand=True)
+    binary = all(bool(np.isin(t[c].to_numpy(float), (0.0, 1.0)).all())
+                 for t in (pc, pb) for c in ("reward_clean", "reward_pert"))
     p_swap, _ = swap_test(np.stack([cc.sum(1), cp.sum(1)]), np.stack([bc.sum(1), bp.sum(1)]), swaps)
     out: list[dict[str, object]] = []
     for j, (kind, lab) in enumerate(levels):
@@ -216,6 +219,10 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
         dc = relative_degradation(float(cc[..., j].sum()) / nc, float(cp[..., j].sum()) / nc)
         db = relative_degradation(float(bc[..., j].sum()) / nb, float(bp[..., j].sum()) / nb)
         low, high = float(lo[j]), float(hi[j])
+        method = _exact_change(binary, level, cc[..., j], cp[..., j], cn[..., j], bc[..., j], bp[..., j], bn[..., j],
+                               int(both[:, j].sum()))
+        if method is not None:
+            low, high = method
         verdict = ROSE if low > 0 else FELL if high < 0 else SAME
         reps[(model, suite, kind, lab)] = delta_b[:, j].astype(np.float32)
         n_tasks = int(both[:, j].sum())
@@ -226,8 +233,29 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
                     "n_pairs_baseline": int(bn[..., j].sum()), "verdict": verdict,
                     # the swap test's smallest p is 2^-n: below 6 tasks no regression reaches one-sided 2.5 %
                     "min_detectable": math.inf if mdc == mdc and 0.5 ** n_tasks > ALPHA else mdc,
-                    "p_exact": float(p_swap[j])})
+                    "p_exact": float(p_swap[j]), "interval_method": "bca" if method is None else EXACT})
     return out
+
+
+def _exact_change(binary: bool, level: float, cc: FloatArray, cp: FloatArray, cn: FloatArray, bc: FloatArray,
+                  bp: FloatArray, bn: FloatArray, tasks: int) -> tuple[float, float] | None:
+    """The exact interval of a level's change (:func:`~.exact.change_interval`) where the design asks for it.
+
+    Binary rewards on both sides, one repeat index with pairs in each run and
+    fewer than :data:`~.exact.DESIGN_TASKS` shared tasks (docs/design.md
+    section 4.1, "Exact by design"); None elsewhere (the BCa interval stays).
+    Arguments: (tasks, repeats) sums and pair counts of both runs at the level.
+    """
+    reps = max(int((cn.sum(0) > 0).sum()), int((bn.sum(0) > 0).sum()))
+    if not binary or not exact_by_design(reps, tasks):
+        return None
+
+    def counts(c: FloatArray, p: FloatArray, n: FloatArray) -> tuple[float, float, float, float]:
+        tot = float(n.sum())
+        return float(c.sum()) / tot, effective_n(n[n > 0].tolist()), float(p.sum()) / tot, tot
+
+    lo, hi = change_interval(counts(cc, cp, cn), counts(bc, bp, bn), level)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
 def _d_variance(cs: FloatArray, ps: FloatArray, n: FloatArray) -> float:

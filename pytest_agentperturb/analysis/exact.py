@@ -136,3 +136,19 @@ def is_sparse(clean_passes: float, degenerate: bool, undefined_share: float) -> 
 def exact_by_design(repeats: int, tasks: int) -> bool:
     """Whether a binary row gets the exact interval whatever its outcomes: one repeat index and few tasks."""
     return repeats <= 1 and tasks < DESIGN_TASKS
+
+
+def change_interval(current: tuple[float, float, float, float], baseline: tuple[float, float, float, float],
+                    level: float = 0.95) -> tuple[float, float]:
+    """The exact interval of the change D_current - D_baseline (points) from both runs' scores and counts.
+
+    Each argument is (clean, n_clean, pert, n_pert) as :func:`ratio_interval`
+    takes them.  Each run's D gets its exact interval at 1 - (1 - ``level``) / 2
+    and the two are joined by Bonferroni, [lo_cur - hi_base, hi_cur - lo_base]:
+    each side misses with probability at most (1 - ``level``) / 2, whatever
+    the pairing of the two runs.  NaN when either clean score is 0.
+    """
+    inner = 1.0 - (1.0 - level) / 2.0
+    c_lo, c_hi = ratio_interval(*current, level=inner)
+    b_lo, b_hi = ratio_interval(*baseline, level=inner)
+    return c_lo - b_hi, c_hi - b_lo

@@ -408,7 +408,8 @@ def versus_baseline(a: Analysis) -> str:
     d = v.deltas
     for (model, suite), g in d.groupby(["model", "suite"], sort=True):
         keep = g[g["level_kind"].isin(["overall", "family"])]
-        items = [(f"{r['level_kind']}: {r['level']}", r["delta"], r["ci_low"], r["ci_high"])
+        items = [(f"{r['level_kind']}: {r['level']}" + (" (exact)" if r.get("interval_method") == "exact" else ""),
+                  r["delta"], r["ci_low"], r["ci_high"])
                  for r in keep.to_dict("records")]
         out.append(dot_intervals(items, title=f"{model} on {suite}: change in D vs {g['baseline_model'].iloc[0]}",
                                  unit=" pts"))
