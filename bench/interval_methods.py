@@ -21,7 +21,16 @@ families) it prints the coverage of the true D (0, or 100 x ``--drop``) of:
   switch (the choice made on design quantities where the switch's BCa rows
   are off; a sparse row is still exact);
 - ``design-t``: as ``design`` but the studentised interval instead of BCa
-  for K >= 2 (sparse rows still exact).
+  for K >= 2 (sparse rows still exact);
+- ``change``: the interval of the change in D against a baseline run
+  (``baseline.compare``'s expanded BCa over a paired cluster bootstrap, one
+  draw shared by both runs; a second run drawn from the same world, true
+  change 0); ``change rep``: what ``baseline.compare`` reports (exact by
+  design or where sparse, BCa elsewhere).
+
+Then ``switch bca`` / ``design bca``: the coverage of the BCa rows alone of
+``switch`` / ``design`` (its exact rows cover about 1.00), and ``exact
+share``: the share of exact rows under ``design``.
 
 Monte-Carlo standard error: overall sqrt(c (1 - c) / N); families, that of
 the per-run shares.  Run: ``PYTHONPATH=. python bench/interval_methods.py
@@ -37,12 +46,13 @@ import warnings
 
 import numpy as np
 
-from pytest_agentperturb.analysis.exact import is_sparse, ratio_interval
+from pytest_agentperturb.analysis.exact import change_interval, is_sparse, ratio_interval
 from pytest_agentperturb.analysis.stats import N_BOOTSTRAP, bca_interval, bootstrap_weights
 
 PRIOR = {"typical": (2.0, 1.5), "low-score": (0.5, 2.0)}
 GRID = [(t, k, s) for s in ("typical", "low-score") for t in (10, 25, 50) for k in (1, 3, 5)]
-METHODS = ["bca", "switch", "exact", "stud", "design", "design-t"]
+METHODS = ["bca", "switch", "exact", "stud", "design", "design-t", "change", "change rep"]
+SPLIT = ["switch bca", "design bca"]
 FAMILIES = 12
 
 
@@ -88,8 +98,18 @@ def one_run(rng: np.random.Generator, tasks: int, k: int, suite: str, drop: floa
     cs = np.column_stack([FAMILIES * clean.sum(1)] + [clean.sum(1)] * FAMILIES).astype(float)
     ps = np.column_stack([pert.sum((1, 2))] + [pert[:, j].sum(1) for j in range(FAMILIES)]).astype(float)
     npair = np.array([FAMILIES * k * tasks] + [k * tasks] * FAMILIES, dtype=float)
+    clean_b = rng.random((tasks, k)) < p[:, None]                     # the baseline run, same world
+    pert_b = rng.random((tasks, FAMILIES, k)) < (p * (1 - drop))[:, None, None]
+    cs_b = np.column_stack([FAMILIES * clean_b.sum(1)] + [clean_b.sum(1)] * FAMILIES).astype(float)
+    ps_b = np.column_stack([pert_b.sum((1, 2))] + [pert_b[:, j].sum(1) for j in range(FAMILIES)]).astype(float)
     w = bootstrap_weights(tasks, replicates, rng)
     with np.errstate(invalid="ignore", divide="ignore"):
+        def d_of(c_s: np.ndarray, p_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            tc, tp = c_s.sum(0), p_s.sum(0)
+            return (100.0 * (1.0 - tp / tc), 100.0 * (1.0 - (w @ p_s) / (w @ c_s)),
+                    100.0 * (1.0 - (tp[None] - p_s) / (tc[None] - c_s)))
+        (h1, b1, j1), (h2, b2, j2) = d_of(cs, ps), d_of(cs_b, ps_b)
+        ch_lo, ch_hi = bca_interval(b1 - b2, h1 - h2, j1 - j2, expand=True)
         c, pp = cs.sum(0) / npair, ps.sum(0) / npair
         d_hat = 100.0 * (c - pp) / c
         db = 100.0 * (1.0 - (w @ ps) / (w @ cs))
@@ -110,6 +130,26 @@ def one_run(rng: np.random.Generator, tasks: int, k: int, suite: str, drop: floa
     out = {"bca": np.stack([lo, hi]), "switch": np.stack([sw_lo, sw_hi]), "exact": np.stack([e_lo, e_hi]),
            "stud": np.stack([s_lo, s_hi]),
            "design": np.stack([e_lo, e_hi]) if design else np.stack([sw_lo, sw_hi])}
+    out["change"] = np.stack([ch_lo, ch_hi])
+    # what baseline.compare reports: exact (Bonferroni of the runs' exact intervals) by design or where sparse
+    ch_d = ch_lo.copy(), ch_hi.copy()
+    cb_all = (cs_b.sum(0) / npair, ps_b.sum(0) / npair)
+    dch = b1 - b2
+    for j in range(len(c)):
+        fin = np.isfinite(dch[:, j])
+        degenerate = bool(fin.sum() < 2 or float(np.ptp(dch[fin, j])) == 0.0)
+        passes = min(float(c[j]), float(cb_all[0][j])) * tasks * k
+        if design or is_sparse(passes, degenerate, float((~fin).sum()) / replicates):
+            if c[j] > 0 and cb_all[0][j] > 0:
+                ch_d[0][j], ch_d[1][j] = change_interval(
+                    (float(c[j]), float(tasks * k), float(pp[j]), float(npair[j])),
+                    (float(cb_all[0][j]), float(tasks * k), float(cb_all[1][j]), float(npair[j])))
+            else:
+                ch_d[0][j] = ch_d[1][j] = np.nan
+    out["change rep"] = np.stack(ch_d)
+    out["switch bca"] = np.where(sparse, np.nan, out["switch"])
+    out["design bca"] = out["switch bca"] if not design else np.full((2, len(c)), np.nan)
+    out["design exact"] = np.stack([sparse | design] * 2).astype(float)
     if k >= 2:
         out["design-t"] = np.stack([np.where(sparse, e_lo, s_lo), np.where(sparse, e_hi, s_hi)])
     else:
@@ -132,13 +172,15 @@ def main() -> None:
     true_d = 100.0 * args.drop
     print(f"coverage of the true D = {true_d:g}, {args.runs} runs per configuration, overall / per family "
           f"(+- MC s.e. of the last column's method in brackets)")
-    print(f"{'tasks':>5} {'K':>2} {'suite':<9}  " + "  ".join(f"{m:>13}" for m in METHODS))
+    print(f"{'tasks':>5} {'K':>2} {'suite':<9}  " + "  ".join(f"{m:>13}" for m in METHODS + SPLIT) + "  exact share")
     start = time.perf_counter()
     for tasks, k, suite in configs:
-        hit_o: dict[str, list[bool]] = {m: [] for m in METHODS}
-        hit_f: dict[str, list[float]] = {m: [] for m in METHODS}
+        hit_o: dict[str, list[bool]] = {m: [] for m in METHODS + SPLIT}
+        hit_f: dict[str, list[float]] = {m: [] for m in METHODS + SPLIT}
+        share: list[float] = []
         for _ in range(args.runs):
             res = one_run(rng, tasks, k, suite, args.drop, args.replicates)
+            share.append(float(res.pop("design exact")[0].mean()))
             for m, (lo, hi) in res.items():
                 fin = np.isfinite(lo) & np.isfinite(hi)
                 hit = (lo - 1e-9 <= true_d) & (true_d <= hi + 1e-9)
@@ -147,14 +189,14 @@ def main() -> None:
                 if fin[1:].any():
                     hit_f[m].append(float(hit[1:][fin[1:]].mean()))
         cells = []
-        for m in METHODS:
+        for m in METHODS + SPLIT:
             o = np.mean(hit_o[m]) if hit_o[m] else math.nan
             f = np.mean(hit_f[m]) if hit_f[m] else math.nan
             cells.append(f"{o:.3f}/{f:.3f}")
         o_se = math.sqrt(0.95 * 0.05 / max(len(hit_o["bca"]), 1))
         f_se = float(np.std(hit_f["bca"], ddof=1) / math.sqrt(len(hit_f["bca"]))) if len(hit_f["bca"]) > 1 else 0.0
         print(f"{tasks:>5} {k:>2} {suite:<9}  " + "  ".join(f"{c:>13}" for c in cells)
-              + f"  (se {o_se:.3f}/{f_se:.3f}, n_o {len(hit_o['bca'])})", flush=True)
+              + f"  {np.mean(share):5.2f}  (se {o_se:.3f}/{f_se:.3f}, n_o {len(hit_o['bca'])})", flush=True)
     print(f"target 0.93-0.97; {time.perf_counter() - start:.0f} s")
 
 

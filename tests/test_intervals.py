@@ -120,10 +120,15 @@ def test_drops_report_the_expanded_bca_interval_deterministically() -> None:
 
 
 def test_baseline_change_interval_is_bca_too() -> None:
-    cur, base = _run(20, 4, repeats=2, drop=0.4), _run(20, 4, repeats=2)
+    cur, base = _run(20, 4, repeats=2, drop=0.4), _run(20, 5, repeats=2)
     cmp = compare(cur.assign(run_id="b"), base.assign(run_id="a"), replicates=800, seed=2).deltas
     ov = cmp[cmp["level_kind"] == "overall"].iloc[0]
     assert ov.ci_low <= ov.delta <= ov.ci_high and set(cmp["interval_method"]) == {"bca"}
+    # the same outcomes on both sides at a level: every replicate of the change is 0, a degenerate bootstrap,
+    # so that level's interval is exact (never the one point [0, 0])
+    same = compare(cur.assign(run_id="b"), _run(20, 4, repeats=2).assign(run_id="a"), replicates=800, seed=2).deltas
+    ui = same[same["level"] == "user-incorrect"].iloc[0]
+    assert (ui.delta, ui.interval_method) == (0.0, "exact") and ui.ci_low < 0.0 < ui.ci_high
     again = compare(cur.assign(run_id="b"), base.assign(run_id="a"), replicates=800, seed=2).deltas
     pd.testing.assert_frame_equal(cmp, again)
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..model.task import CLEAN
 from .degradation import ALL_MODELS, _level_rows, _levels, drops, relative_degradation
-from .exact import EXACT, change_interval, effective_n, exact_by_design
+from .exact import EXACT, change_interval, effective_n, exact_by_design, is_sparse
 from .stats import ALPHA, N_BOOTSTRAP, FloatArray, Replicates, bca_interval, bootstrap_weights, draw_sums, swap_test
 from .table import pairs, with_repeat
 
@@ -220,7 +220,7 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
         db = relative_degradation(float(bc[..., j].sum()) / nb, float(bp[..., j].sum()) / nb)
         low, high = float(lo[j]), float(hi[j])
         method = _exact_change(binary, level, cc[..., j], cp[..., j], cn[..., j], bc[..., j], bp[..., j], bn[..., j],
-                               int(both[:, j].sum()))
+                               int(both[:, j].sum()), delta_b[:, j])
         if method is not None:
             low, high = method
         verdict = ROSE if low > 0 else FELL if high < 0 else SAME
@@ -238,23 +238,32 @@ def _deltas(pc: pd.DataFrame, pb: pd.DataFrame, model: str, bmodel: str, suite: 
 
 
 def _exact_change(binary: bool, level: float, cc: FloatArray, cp: FloatArray, cn: FloatArray, bc: FloatArray,
-                  bp: FloatArray, bn: FloatArray, tasks: int) -> tuple[float, float] | None:
-    """The exact interval of a level's change (:func:`~.exact.change_interval`) where the design asks for it.
+                  bp: FloatArray, bn: FloatArray, tasks: int, boot: FloatArray) -> tuple[float, float] | None:
+    """The exact interval of a level's change (:func:`~.exact.change_interval`) where the design or the data ask.
 
-    Binary rewards on both sides, one repeat index with pairs in each run and
-    fewer than :data:`~.exact.DESIGN_TASKS` shared tasks (docs/design.md
-    section 4.1, "Exact by design"); None elsewhere (the BCa interval stays).
+    Binary rewards on both sides, and either one repeat index with pairs in
+    each run and fewer than :data:`~.exact.DESIGN_TASKS` shared tasks
+    (docs/design.md section 4.1, "Exact by design"), or a sparse level as in
+    the drop table (:func:`~.exact.is_sparse`: fewer than 5 clean passes in
+    either run, a degenerate bootstrap ``boot`` of the change, or more than
+    1 % of its replicates undefined); None elsewhere (the BCa interval stays).
     Arguments: (tasks, repeats) sums and pair counts of both runs at the level.
     """
-    reps = max(int((cn.sum(0) > 0).sum()), int((bn.sum(0) > 0).sum()))
-    if not binary or not exact_by_design(reps, tasks):
+    if not binary:
         return None
 
     def counts(c: FloatArray, p: FloatArray, n: FloatArray) -> tuple[float, float, float, float]:
         tot = float(n.sum())
         return float(c.sum()) / tot, effective_n(n[n > 0].tolist()), float(p.sum()) / tot, tot
 
-    lo, hi = change_interval(counts(cc, cp, cn), counts(bc, bp, bn), level)
+    cur, base = counts(cc, cp, cn), counts(bc, bp, bn)
+    reps = max(int((cn.sum(0) > 0).sum()), int((bn.sum(0) > 0).sum()))
+    fin = np.isfinite(boot)
+    degenerate = bool(fin.sum() < 2 or float(np.ptp(boot[fin])) == 0.0)
+    passes = min(cur[0] * cur[1], base[0] * base[1])
+    if not (exact_by_design(reps, tasks) or is_sparse(passes, degenerate, float((~fin).sum()) / max(len(boot), 1))):
+        return None
+    lo, hi = change_interval(cur, base, level)
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
