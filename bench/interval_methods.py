@@ -71,7 +71,7 @@ def studentised(cs: np.ndarray, ps: np.ndarray, w: np.ndarray, d_hat: np.ndarray
         s_c = wt @ cs
         v = np.maximum(s_pp - 2 * r * s_pc + r * r * s_cc, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return 100.0 * f * np.sqrt(v) / s_c
+            return np.asarray(100.0 * f * np.sqrt(v) / s_c, dtype=float)
 
     with np.errstate(invalid="ignore", divide="ignore"):
         r_hat = ps.sum(0) / cs.sum(0)
