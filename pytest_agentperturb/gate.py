@@ -608,7 +608,7 @@ def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episo
                     verdict.breaches.append(SignificanceBreach(
                         flag, subj, d, limit, "change in D", low=c.low, high=c.high, rule="significant",
                         rule_flag=rule_flag, p_raw=c.p, p_adj=c.p, test=c.test, correction="one hypothesis, no "
-                        "correction", detail=c.detail))
+                        "correction", detail=c.detail, method=c.method))
                 verdict.notes.append(f"agentperturb gate: {flag} for {subj} under {rule_flag} significant: "
                                      f"{c.test}: p {c.p:.3g} at one-sided 2.5 %")
             elif exceeds(thresholds.gate_on, d, float(r.ci_low), float(r.ci_high), limit):
