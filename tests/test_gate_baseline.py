@@ -179,8 +179,8 @@ def test_literal_against_a_careful_baseline_breaches_max_regression(pytester: py
             "reference/careful (baseline run 'careful'): change in D +* points (95 % interval ?+* points, "
             f"+* points] exact) > limit 5.0 points under --agentperturb-gate-on {rule}: *"])  # 28 tasks, K = 1
         # the terminal's versus line says the change's interval is exact (docs/design.md section 4.1)
-        r.stdout.fnmatch_lines(["*versus baseline run 'careful' (reference/careful): D *, change +* points "
-                                "[[]+*, +*[]] exact (rose), 28 tasks*"])
+        r.stdout.fnmatch_lines([("*versus baseline run 'careful' (reference/careful): D *, change +* points "
+                                 "[[]+*, +*[]] exact (rose), 28 tasks*")])
     page = (project / "reports" / "agentperturb.html").read_text(encoding="utf-8")
     assert "Versus baseline" in page and "Gate: FAILED" in page
     assert "(exact)" in page and "] exact</td>" in page                   # the change's dot plot and table
