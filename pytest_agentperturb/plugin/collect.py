@@ -30,6 +30,7 @@ import pytest
 
 from ..model.errors import TaskFormatError
 from ..model.options import OPTIONS, Settings, option
+from ..model.ownership import error_text
 from ..model.interfaces import SuiteAdapter
 from ..model.task import TaskSlot
 from ..model.records import EpisodeRecord, Variant
@@ -311,16 +312,18 @@ class PerturbItem(pytest.Item):
         return self.path, 0, f"{self.task.key}[{self.family}-{self.model}{suffix}]"
 
     def setup(self) -> None:
-        """Run (or reuse) the episode; an infrastructure error is a pytest ERROR.
+        """Run (or reuse) the episode; an episode's error is a pytest ERROR that says whose it is.
 
         It is reported by message only (``pytrace=False``): the harness's own
         traceback says nothing about a provider failure, and pytest need not
-        parse source to format one.
+        parse source to format one.  An agent's error shows the last frames
+        of the user's own code (:func:`~..model.ownership.error_text`); its
+        full traceback is in the store and on the task page.
         """
         self.runner.run_item(self)
         if self.record is not None and self.record.error:
-            pytest.fail(f"infrastructure error (not an agent failure): {self.record.error}\n"
-                        f"{self.reproduce_line()}", pytrace=False)
+            pytest.fail(f"{error_text(self.record.error, self.record.trajectory)}\n{self.reproduce_line()}",
+                        pytrace=False)
 
     def runtest(self) -> None:
         """The verdict is reported, not raised, unless strict mode asks for it."""
