@@ -278,8 +278,8 @@ class Finish:
                 tr.write_line(pairing)
         if res.failed:
             tr.write_line(f"agent failures: {res.failed} (first 5 below; all in the report)")
-            for nodeid, reward, reproduce in res.first_failures():
-                tr.write_line(f"  {nodeid}  reward={reward}")
+            for nodeid, reward, reproduce, checks in res.first_failures():
+                tr.write_line(f"  {nodeid}  failed: {checks or 'the grader named no failed check'}; reward={reward}")
                 tr.write_line(f"    {reproduce}")
         for line in (self.verdict.lines() if self.verdict is not None else []):
             tr.write_line(line, red=self.verdict is not None and self.verdict.failed

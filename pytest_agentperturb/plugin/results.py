@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model.keys import EpisodeKey, VariantKey
 from ..model.records import REPORTED
+from ..model.trajectory import checks_line, failed_checks
 
 if TYPE_CHECKING:
     from ..model.records import EpisodeRecord, Variant
@@ -54,6 +55,7 @@ def report_row(rec: EpisodeRecord, variant: Variant | None, *, reused: bool, rep
     row["reused"] = reused
     if rec.success is False:
         row["reproduce"] = reproduce
+        row["checks"] = checks_line(failed_checks(rec.trajectory))  # the failure's line names them
     if variant is not None and variant.image_edits:
         row["image_edits"] = [e.to_json() for e in variant.image_edits]
     if task is not None:
@@ -97,7 +99,7 @@ class Results:
         self.errors = 0
         self.failed = 0
         self._keys: set[EpisodeKey] = set()
-        self._failures: list[tuple[tuple[Any, ...], str, Any, str]] = []
+        self._failures: list[tuple[tuple[Any, ...], str, Any, str, str]] = []
         self._tasks: dict[tuple[str, str], dict[str, Any]] = {}
         self._images: dict[VariantKey, list[Any]] = {}  # variant -> its image edits (image variants only)
 
@@ -110,7 +112,8 @@ class Results:
         if row.get("success") is False:
             self.failed += 1
             order = (row["model"], row["suite"], row["task"], row["family"], row.get("repeat", 0))
-            self._failures.append((order, nodeid, row.get("reward"), str(row.get("reproduce", ""))))
+            self._failures.append((order, nodeid, row.get("reward"), str(row.get("reproduce", "")),
+                                   str(row.get("checks", ""))))
             if len(self._failures) > 8 * _FAILURES_SHOWN:  # keep the first few only
                 self._failures = sorted(self._failures, key=lambda f: f[0])[:_FAILURES_SHOWN]
         props = row.pop("task_properties", None)
@@ -121,9 +124,10 @@ class Results:
         if edits:
             self._images.setdefault(VariantKey.of(row), edits)
 
-    def first_failures(self) -> list[tuple[str, Any, str]]:
-        """(node id, reward, reproduce line) of the first failures in (model, suite, task, family, repeat) order."""
-        return [(n, r, rep) for _, n, r, rep in sorted(self._failures, key=lambda f: f[0])[:_FAILURES_SHOWN]]
+    def first_failures(self) -> list[tuple[str, Any, str, str]]:
+        """(node id, reward, reproduce line, failed checks) of the first failures, in (model, suite, task, family,
+        repeat) order."""
+        return [(n, r, rep, c) for _, n, r, rep, c in sorted(self._failures, key=lambda f: f[0])[:_FAILURES_SHOWN]]
 
     def read(self, path: Path, run_id: str) -> list[dict[str, Any]]:
         """:meth:`rows` from the store file at ``path`` (its own connection, closed after; none without episodes)."""

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..model.task import CLEAN, FAMILIES, INSERTED
-from .episodes import episode_anchor, load_json_list, verdict
+from .episodes import episode_anchor, error_html, load_json_list, verdict
 from .pages import page_path
 from .svg import esc
 
@@ -91,7 +91,7 @@ def _int(x: Any) -> int:
 
 def _checks_html(r: Mapping[str, Any]) -> str:
     if r.get("error"):
-        return f"<span class=err>error (not an agent failure): {esc(str(r['error'])[:CHECK_CHARS])}</span>"
+        return error_html(r, CHECK_CHARS)
     given = r.get(CHECKS)
     checks = [str(c) for c in given] if isinstance(given, (list, tuple)) else failed_checks(r.get("trajectory"))
     if not checks:
