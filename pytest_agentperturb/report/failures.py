@@ -136,14 +136,15 @@ def failures_section(rows: Iterable[Mapping[str, Any]], pages_url: str,
             for r in shown[:MAX_PER_MODEL]:
                 page = base + page_path(suite, str(r["task"]))
                 word, cls = verdict(r)
-                cell = "<td>–</td>"
+                cell = "<td>–</td>"   # a clean episode has no clean pair
                 if family != CLEAN:
                     c = clean.get(_pair_key(r))
+                    cell = "<td>n/a (no clean episode)</td>"
                     if c is not None:
                         cw, ccls = verdict(c)
                         cell = f"<td><a class={ccls} href='{esc(page + '#' + episode_anchor(c))}'>{esc(cw)}</a></td>"
                 reward = r.get("reward")
-                rtext = "–" if reward is None or reward != reward else f"{float(reward):.2f}"
+                rtext = "n/a (not scored)" if reward is None or reward != reward else f"{float(reward):.2f}"
                 out.append(f"<tr><td class=l><a href='{esc(page + '#' + episode_anchor(r))}'>{esc(r['task'])}</a>"
                            f"</td><td class={cls}>{esc(word)}</td><td>{rtext}</td>{cell}"
                            f"<td class=l>{_checks_html(r)}</td></tr>")

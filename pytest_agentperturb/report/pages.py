@@ -126,7 +126,7 @@ def summaries(rows: Iterable[Mapping[str, Any]]) -> list[TaskSummary]:
 
 
 def _rate(k: int, n: int) -> str:
-    return f"{k}/{n}" if n else "–"
+    return f"{k}/{n}" if n else "n/a (none run)"
 
 
 def _cls(k: int, n: int) -> str:
