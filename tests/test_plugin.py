@@ -151,7 +151,7 @@ def test_malformed_task_is_an_error_and_the_rest_runs(pytester: pytest.Pytester,
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-def test_infrastructure_error_is_an_error_not_a_failure(pytester: pytest.Pytester, suite: Path) -> None:
+def test_agent_exception_is_an_agent_error_not_a_failure(pytester: pytest.Pytester, suite: Path) -> None:
     pytester.makeconftest(
         "import pytest\n"
         "class Broken:\n"
@@ -167,8 +167,11 @@ def test_infrastructure_error_is_an_error_not_a_failure(pytester: pytest.Pyteste
                                 "--agentperturb-model", "test/broken", "--agentperturb-model", "reference/oracle",
                                 "--agentperturb-families", "clean", "-k", "reschedule-standup")
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*infrastructure error (not an agent failure): ConnectionError: provider unreachable*",
+    # the user's own agent raised it: the agent's error (never a FAIL), with its own frame
+    result.stdout.fnmatch_lines(["*agent error: ConnectionError: provider unreachable*",
+                                 "*conftest.py:6 in run: raise ConnectionError('provider unreachable')",
                                  "*errors: 1*"])
+    assert "not an agent failure" not in result.stdout.str()
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as db:
         row = db.execute("SELECT reward, success, error FROM episodes WHERE model='test/broken'").fetchone()
     assert row == (None, None, "ConnectionError: provider unreachable")
