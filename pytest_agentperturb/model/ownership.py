@@ -11,7 +11,7 @@ text is never changed here, its owner is read off it (:func:`error_kind`):
   harness or the task (the environment factory, the grader, the compliance
   check, the user simulator, the store, a lost xdist worker), or an
   exception whose traceback holds no frame outside this package and the
-  standard library (a built-in agent's own bug);
+  standard library (a built-in agent's own bug), or a text that names no class;
 - ``agent``: everything else the agent raised (``SystemExit`` and
   ``KeyboardInterrupt`` in its thread too), an episode timeout and a value
   that is not JSON (``AgentValueError``).
@@ -73,6 +73,8 @@ def error_kind(error: Any, trajectory: Any = None) -> str | None:
     if not error:
         return None
     name = leading_name(str(error))
+    if not name:   # every agent exception names its class: a bare message is the harness's
+        return HARNESS
     if name in PROVIDER_ERRORS:
         return PROVIDER
     if name in HARNESS_ERRORS:
