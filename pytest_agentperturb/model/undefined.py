@@ -47,3 +47,12 @@ def drop_why(row: Mapping[str, Any]) -> str:
     if clean is not None and not undefined(clean) and float(clean) == 0:
         return NO_CLEAN_PASSES
     return ""
+
+
+def empty_why(row: Mapping[str, Any]) -> str:
+    """Why any figure of a row is undefined when the row rests on nothing: no scored pair, or no data at all."""
+    for key, why in (("n_pairs", NO_PAIRS), ("n", "no data")):
+        n = row.get(key)
+        if n is not None and not undefined(n) and float(n) == 0:
+            return why
+    return ""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.task import CLEAN, TARGETS, TYPES
-from ..model.undefined import drop_why, figure, na, undefined
+from ..model.undefined import drop_why, empty_why, figure, na, undefined
 from .failures import failure_anchor
 from .svg import box_pairs, correlation_matrix, dot_intervals, esc, heatmap, trend_chart
 
@@ -67,6 +67,7 @@ def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
 
 
 Col = tuple[str, str, str]   # header, column (or "ci"), kind
+_NUMERIC = frozenset({"pct", "rate", "f3", "f0", "i", "p"})
 
 
 def fold(title: str, body: str, n_rows: int, *, heading: bool = True) -> str:
@@ -100,6 +101,8 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
                     tds.append(f"<td class=ci>[{fmt(lo, k)}, {fmt(hi, k)}]</td>")
             elif c == "relative_drop" and undefined(r.get(c)):
                 tds.append(f"<td>{esc(na(drop_why(r)))}</td>")
+            elif k in _NUMERIC and undefined(r.get(c)):
+                tds.append(f"<td>{esc(na(empty_why(r)))}</td>")
             else:
                 tds.append(f"<td{' class=l' if k in ('s', 'model') else ''}>{fmt(r.get(c), k, baselines)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
