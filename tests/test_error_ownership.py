@@ -59,6 +59,7 @@ def test_a_crashing_agent_is_an_agent_error_with_its_own_frames_shown_once(pytes
     assert out.count("in helper: raise RuntimeError") == 1, out   # shown once
     assert "pytest_agentperturb/" not in out and "Traceback" not in out, out   # none of the harness's frames
     assert "not an agent failure" not in out and "infrastructure" not in out, out
+    assert "errors: 1 (excluded from every aggregate) [agent 1]," in out, out   # counted by owner
     # the store keeps the error as it was (class: message) and the full traceback in the trajectory
     (error, traj), = _store(pytester)
     assert error == "RuntimeError: boom from my agent"
@@ -94,6 +95,7 @@ def test_a_provider_failure_is_a_provider_error(pytester: pytest.Pytester, suite
     result.stdout.fnmatch_lines(["provider error (not an agent failure): ProviderError: openai/fake: InternalServerError: *"])
     out = result.stdout.str()
     assert "agent error" not in out and "in your agent's code" not in out, out
+    assert "errors: 1 (excluded from every aggregate) [provider 1]," in out, out
     page = (pytester.path / "reports" / "agentperturb-tasks" / "workflows" / "book-offsite.html").read_text()
     assert "provider error (not an agent failure): ProviderError: openai/fake" in page
     assert "<pre class=err>" not in page
@@ -117,6 +119,7 @@ def test_a_broken_grader_is_a_harness_error(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["harness error (not an agent failure): GraderError: KeyError: 'ledger'"])
     assert "agent error" not in result.stdout.str()
+    assert "errors: 1 (excluded from every aggregate) [harness 1]," in result.stdout.str()
 
 
 LONG = "INV-2044 is approved " + "and its approval is written to the ledger with the reviewer's initials " * 2

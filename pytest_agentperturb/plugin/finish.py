@@ -247,8 +247,10 @@ class Finish:
         reused = res.reused
         errors = res.errors + self.tally.harness_errors
         tr.write_sep("=", "agentperturb")
+        owners = {**res.owners, "harness": res.owners.get("harness", 0) + self.tally.harness_errors}
+        by = ", ".join(f"{k} {n}" for k in ("agent", "provider", "harness") if (n := owners.get(k)))
         tr.write_line(f"episodes run: {res.episodes - reused}, reused: {reused}, "
-                      f"errors: {errors} (excluded from every aggregate), "
+                      f"errors: {errors} (excluded from every aggregate){f' [{by}]' if by else ''}, "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
         invalid = self.tally.invalid
         if invalid:

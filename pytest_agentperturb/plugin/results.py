@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..model.keys import EpisodeKey, VariantKey
+from ..model.ownership import error_kind
 from ..model.records import REPORTED
 from ..model.trajectory import checks_line, failed_checks
 
@@ -53,6 +54,8 @@ def report_row(rec: EpisodeRecord, variant: Variant | None, *, reused: bool, rep
     """
     row: dict[str, Any] = {k: getattr(rec, k) for k in REPORTED}
     row["reused"] = reused
+    if rec.error:   # whose it is needs the traceback, which stays here
+        row["error_kind"] = error_kind(rec.error, rec.trajectory)
     if rec.success is False:
         row["reproduce"] = reproduce
         row["checks"] = checks_line(failed_checks(rec.trajectory))  # the failure's line names them
@@ -97,6 +100,7 @@ class Results:
         self.episodes = 0
         self.reused = 0
         self.errors = 0
+        self.owners: dict[str, int] = {}   # errors per owner (agent, provider, harness: model/ownership.py)
         self.failed = 0
         self._keys: set[EpisodeKey] = set()
         self._failures: list[tuple[tuple[Any, ...], str, Any, str, str]] = []
@@ -108,7 +112,10 @@ class Results:
         self._keys.add(EpisodeKey.of(row))
         self.episodes += 1
         self.reused += bool(row.get("reused"))
-        self.errors += bool(row.get("error"))
+        if row.get("error"):
+            self.errors += 1
+            kind = str(row.get("error_kind") or "harness")
+            self.owners[kind] = self.owners.get(kind, 0) + 1
         if row.get("success") is False:
             self.failed += 1
             order = (row["model"], row["suite"], row["task"], row["family"], row.get("repeat", 0))
