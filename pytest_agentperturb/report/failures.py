@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..model.task import CLEAN, FAMILIES, INSERTED
+from ..model.trajectory import failed_checks as trajectory_failed_checks
 from .episodes import episode_anchor, error_html, load_json_list, verdict
 from .pages import page_path
 from .svg import esc
@@ -45,13 +46,7 @@ def failure_anchor(suite: Any, family: Any, model: Any = None) -> str:
 
 def failed_checks(traj: Any) -> list[str]:
     """The grader checks an episode failed, in order (from its trajectory's grader entries)."""
-    out = []
-    for e in load_json_list(traj):
-        if isinstance(e, Mapping) and e.get("role") == "grader":
-            for c in e.get("checks") or ():
-                if isinstance(c, (list, tuple)) and len(c) == 2 and not c[1]:
-                    out.append(str(c[0]))
-    return out
+    return trajectory_failed_checks(load_json_list(traj))
 
 
 def checks_column(rows: Sequence[dict[str, Any]]) -> list[list[str] | None]:
