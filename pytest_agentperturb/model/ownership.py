@@ -25,7 +25,9 @@ heading and the last frames of the user's own code, not the harness's.
 
 from __future__ import annotations
 
+import functools
 import re
+import sysconfig
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -102,12 +104,24 @@ def agent_traceback(trajectory: Any) -> str:
     return ""
 
 
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """This interpreter's standard library and installed packages (with ``/`` separators)."""
+    paths = sysconfig.get_paths()
+    return tuple(sorted({str(paths[k]).replace("\\", "/").rstrip("/") + "/"
+                         for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}))
+
+
 def _is_own(path: str) -> bool:
-    """Whether a frame's file is the user's code: not this package, not the standard library, not a library."""
+    """Whether a frame's file is the user's code: not this package, not the standard library, not a library.
+
+    Read off the path alone (a stored traceback may come from another machine): this interpreter's library
+    folders, and the usual shapes of them anywhere (``site-packages``, ``lib/python3.x``).
+    """
     p = path.replace("\\", "/")
-    if p.startswith("<") or "/pytest_agentperturb/" in p:
+    if p.startswith(("<", *_library_roots())) or "/pytest_agentperturb/" in p:
         return False
-    return not re.search(r"/(site|dist)-packages/|/lib/python\d+(\.\d+)?/|/lib/pypy", p)
+    return not re.search(r"/(site|dist)-packages/|/lib/python\d+(\.\d+)?/|/lib/pypy", p, re.IGNORECASE)
 
 
 def frames(tb: str) -> list[tuple[str, int, str, str, bool]]:
