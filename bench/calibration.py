@@ -23,7 +23,10 @@ the true D, and the share of the 12 family intervals that hold it (the
 true D is 0 in the null world and 100 x ``--drop`` in the drop world, for
 every task and so for every level); runs whose D is undefined (C = 0) have
 no interval and are left out of the coverage; a degenerate interval counts
-like any other.  The Monte-Carlo standard error of the family coverage is
+like any other; ``exact o/f`` is the share of overall (family) intervals that are exact
+(``interval_method``, docs/design.md section 4.1, "Exact intervals in sparse rows"), and
+``bca cover o/f`` / ``exact cover o/f`` the coverage of each kind ("-": none).  ``--configs
+10:1:low-score,50:1:low-score`` measures chosen configurations.  The Monte-Carlo standard error of the family coverage is
 that of the per-run shares (the 12 families of one run are not
 independent).  The last line is ``fwer: <max over configurations>``
 (largest false-alarm rate of any gate, the regression's included).  The bootstrap runs with the
@@ -222,6 +225,8 @@ def main() -> None:
     ap.add_argument("--interval", choices=INTERVAL_METHODS, default="bca",
                     help="the interval method whose coverage is measured (bca: the reported one)")
     ap.add_argument("--quick", action="store_true", help="the first two configurations only")
+    ap.add_argument("--configs", default="",
+                    help="the drop table's configurations instead of the default, e.g. 10:1:low-score,50:1:low-score")
     ap.add_argument("--full", action="store_true", help="also K = 5, 50 tasks at K = 3 and more low-score sizes")
     ap.add_argument("--drop", type=float, default=0.0,
                     help="a true relative drop (e.g. 0.25) in every family: the rates are then the power")
@@ -242,16 +247,20 @@ def main() -> None:
     start = time.perf_counter()
     what = "false alarm" if args.drop == 0 else f"power (true drop {100 * args.drop:g} % in every family)"
     configs = CONFIGS[:2] if args.quick else CONFIGS + (FULL if args.full else [])
+    if args.configs:
+        configs = [(int(t), int(k), s) for t, k, s in (c.split(":") for c in args.configs.split(","))]
     if args.tables in ("regression", "swap"):
         configs = []
     else:
         print(f"{'null world' if args.drop == 0 else 'drop world'}, {args.runs} runs per configuration; {what} "
               "+- Monte-Carlo standard error")
         print(f"{'tasks':>5} {'K':>2} {'suite':<9}  {'overall':>15}  {'4 targets':>15}  {'12 families':>15}  "
-              f"{'C = 0':>6}  {'C* = 0':>6}  {'detectable':>10}  {'cover overall':>14}  {'cover families':>14}")
+              f"{'C = 0':>6}  {'C* = 0':>6}  {'detectable':>10}  {'cover overall':>14}  {'cover families':>14}  "
+              f"{'exact o/f':>9}  {'bca cover o/f':>13}  {'exact cover o/f':>15}")
     for tasks, k, suite in configs:
         fa_o = fa_t = fa_f = undefined = 0
         c0_share, mdd, cov_o, cov_f = [], [], [], []
+        by_method: dict[tuple[str, str], list[bool]] = {}    # (overall | family, interval_method) -> covered?
         true_d = 100.0 * args.drop
         for _ in range(args.runs):
             df = null_run(rng, tasks, k, suite, args.drop)
@@ -270,11 +279,15 @@ def main() -> None:
                 lo, hi = float(row["ci_low"].iloc[0]), float(row["ci_high"].iloc[0])
                 if math.isfinite(lo) and math.isfinite(hi):
                     cov_o.append(lo - 1e-9 <= true_d <= hi + 1e-9)
+                    by_method.setdefault(("o", str(row["interval_method"].iloc[0])), []).append(cov_o[-1])
             fam = d[(d["model"] == "m") & (d["level_kind"] == "family")]
             fin = np.isfinite(fam["ci_low"].to_numpy(float)) & np.isfinite(fam["ci_high"].to_numpy(float))
             if fin.any():
                 lo_f, hi_f = fam["ci_low"].to_numpy(float)[fin], fam["ci_high"].to_numpy(float)[fin]
-                cov_f.append(float(((lo_f - 1e-9 <= true_d) & (true_d <= hi_f + 1e-9)).mean()))
+                hit = (lo_f - 1e-9 <= true_d) & (true_d <= hi_f + 1e-9)
+                cov_f.append(float(hit.mean()))
+                for meth, h in zip(fam["interval_method"].to_numpy()[fin], hit):
+                    by_method.setdefault(("f", str(meth)), []).append(bool(h))
         n = args.runs
         ro, rt, rf = fa_o / n, fa_t / n, fa_f / n
         worst = max(worst, ro, rt, rf)
@@ -289,9 +302,17 @@ def main() -> None:
             se = float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else float("nan")
             return f"{a.mean():.3f} +- {se:.3f}"
 
+        def share(level: str, by: dict[tuple[str, str], list[bool]] = by_method) -> str:
+            tot = sum(len(v) for (lv, _), v in by.items() if lv == level)
+            return f"{len(by.get((level, 'exact'), [])) / max(tot, 1):4.2f}"
+
+        def split(meth: str, by: dict[tuple[str, str], list[bool]] = by_method) -> str:
+            return "/".join(f"{np.mean(by[(lv, meth)]):.3f}" if by.get((lv, meth)) else "-" for lv in ("o", "f"))
+
         print(f"{tasks:>5} {k:>2} {suite:<9}  {pm(ro):>15}  {pm(rt):>15}  {pm(rf):>15}  {100 * undefined / n:5.1f}%  "
               f"{100 * float(np.mean(c0_share)):5.1f}%  {float(np.nanmean(mdd)):8.0f} %  "
-              f"{cover([float(x) for x in cov_o]):>14}  {cover(cov_f):>14}", flush=True)
+              f"{cover([float(x) for x in cov_o]):>14}  {cover(cov_f):>14}  {share('o')}/{share('f')}  "
+              f"{split(args.interval):>13}  {split('exact'):>15}", flush=True)
     if configs:
         print(f"nominal: 2.5 % (one-sided); Monte-Carlo error at 2.5 % and {args.runs} runs: "
               f"+- {100 * math.sqrt(0.025 * 0.975 / args.runs):.1f} %; coverage: {args.interval} interval, "

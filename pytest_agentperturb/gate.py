@@ -122,10 +122,12 @@ class IntervalBreach(Breach):
     high: float = math.nan
     rule: str = "point"
     rule_flag: str = "--agentperturb-gate-on"
+    method: str = ""            # the row's interval_method; "exact" is said after the interval
 
     def interval(self) -> str:
         """The interval as the line writes it (``no interval`` where it has no finite bounds)."""
-        return (f"95 % interval [{_value(self.low, self.what)}, {_value(self.high, self.what)}]"
+        ex = " exact" if self.method == "exact" else ""
+        return (f"95 % interval [{_value(self.low, self.what)}, {_value(self.high, self.what)}]{ex}"
                 if math.isfinite(self.low) and math.isfinite(self.high) else "no interval")
 
     def line(self) -> str:
@@ -370,7 +372,8 @@ def evaluate_tables(thresholds: Thresholds, drops: pd.DataFrame, episodes: pd.Da
                 else:
                     group.append(c)
             elif exceeds(thresholds.gate_on, m, float(r.ci_low), float(r.ci_high), limit):
-                v.breaches.append(_max_breach(thresholds, flag[name], subj, m, limit, what, r.ci_low, r.ci_high))
+                v.breaches.append(_max_breach(thresholds, flag[name], subj, m, limit, what, r.ci_low, r.ci_high,
+                                              str(getattr(r, "interval_method", ""))))
 
     def no_pairs(model: str, suite: str) -> str:
         """Why a (model, suite) has no overall drop: nothing perturbed, or nothing clean to pair it with."""
@@ -451,6 +454,7 @@ class _Candidate:
     test: str = ""
     detail: str = ""
     reason: str = ""
+    method: str = ""
 
 
 def _undefined(r: Any) -> str:
@@ -472,7 +476,8 @@ def _candidate(r: Any, limit: float, what: str, subject: str, reps: Mapping[Any,
     from .analysis.stats import bootstrap_p
 
     m = float(r.relative_drop)
-    c = _Candidate(subject, str(r.level), what, m, limit, float(r.ci_low), float(r.ci_high))
+    c = _Candidate(subject, str(r.level), what, m, limit, float(r.ci_low), float(r.ci_high),
+                   method=str(getattr(r, "interval_method", "")))
     boot = None if reps is None else reps.get((r.model, r.suite, r.level_kind, r.level))
     p_exact = float(getattr(r, "p_exact", math.nan))
     degenerate = bool(getattr(r, "boot_degenerate", False))
@@ -519,7 +524,7 @@ def _decide(thresholds: Thresholds, name: str, subject: str, group: list[_Candid
         if a <= ALPHA:
             v.breaches.append(SignificanceBreach(flag, c.subject, c.measured, c.limit, c.what, low=c.low, high=c.high,
                                          rule="significant", rule_flag=rule_flag, p_raw=c.p, p_adj=a,
-                                         test=c.test, correction=corr, detail=c.detail))
+                                         test=c.test, correction=corr, detail=c.detail, method=c.method))
     figs = "; ".join(f"{'overall' if c.level == 'all' else c.level} p {c.p:.3g} -> {a:.3g}"
                      for c, a in zip(group, adj))
     v.notes.append(f"agentperturb gate: {flag} for {subject} under {rule_flag} significant: {corr} at one-sided "
@@ -551,12 +556,13 @@ def _power_note(flag: str, subject: str, rows: list[tuple[str, float, float, int
 
 
 def _max_breach(thresholds: Thresholds, flag: str, subject: str, measured: float, limit: float, what: str,
-                low: float, high: float) -> Breach:
-    """Today's line under the point rule; the interval and the rule under the others."""
+                low: float, high: float, method: str = "") -> Breach:
+    """Today's line under the point rule; the interval (and "exact" after an exact one) and the rule under the others."""
     if thresholds.gate_on == "point":
         return Breach(flag, subject, measured, limit, what)
     return IntervalBreach(flag, subject, measured, limit, what, low=float(low), high=float(high),
-                          rule=thresholds.gate_on, rule_flag=thresholds.names.get("gate_on", "--agentperturb-gate-on"))
+                          rule=thresholds.gate_on, rule_flag=thresholds.names.get("gate_on", "--agentperturb-gate-on"),
+                          method=method)
 
 
 def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episodes: pd.DataFrame,

@@ -74,9 +74,14 @@ def test_sparse_data_never_breach_on_a_degenerate_interval() -> None:
     df = _sparse()
     d = drops(df, replicates=500)
     row = d[(d["model"] == "m") & (d["level"] == "tool-missing")].iloc[0]
-    assert (row.relative_drop, row.ci_low, row.ci_high) == (100.0, 100.0, 100.0) and row.boot_degenerate
+    assert row.relative_drop == 100.0 and row.boot_degenerate            # every bootstrap replicate says 100
+    # the reported interval is the exact one (docs/design.md section 4.1), never the one-point bootstrap interval
+    assert row.interval_method == "exact" and row.ci_low < 50.0 < row.ci_high == 100.0
     assert row.p_exact == pytest.approx(0.25) and row.n_boot_undefined > 0
     assert gate.evaluate_tables(gate.parse({"max_family_drop": ["50"]}), d, df).failed       # point: breached
+    cons = gate.evaluate_tables(gate.parse({"max_family_drop": ["50"], "gate_on": "conservative"}), d, df).breaches
+    (tm,) = [b.line() for b in cons if "[tool-missing]" in b.line()]
+    assert "(95 % interval [-1931.9 %, 100.0 %] exact)" in tm                              # the line says exact
     v = gate.evaluate_tables(gate.parse({"max_family_drop": ["50"], "gate_on": "significant"}), d, df)
     assert not v.failed
     lines = v.lines()

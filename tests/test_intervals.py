@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -137,13 +138,159 @@ def test_calibration_bench_prints_coverage_and_ends_with_fwer(capsys: pytest.Cap
                                      "--reg-runs", "3", "--reg-replicates", "100"])
     runpy.run_path(str(bench), run_name="__main__")
     lines = capsys.readouterr().out.strip().splitlines()
-    assert "cover overall" in lines[1] and "cover families" in lines[1]
+    assert "cover overall" in lines[1] and "cover families" in lines[1] and "exact cover o/f" in lines[1]
     rows = lines[2:4]
     for row in rows:
-        cov = [float(x) for x in row.split()[-6::3]]          # "0.950 +- 0.022  0.917 +- 0.011"
+        cov = [float(x) for x in row.split()[-9:-3:3]]        # "0.950 +- 0.022  0.917 +- 0.011  ..."
         assert len(cov) == 2 and all(0.0 <= c <= 1.0 for c in cov)
+        share, bca, exact = row.split()[-3:]                  # "0.25/0.25  0.948/0.965  1.000/1.000" ('-': none)
+        assert all(0.0 <= float(x) <= 1.0 for x in share.split("/"))
+        assert all(x == "-" or 0.0 <= float(x) <= 1.0 for x in (*bca.split("/"), *exact.split("/")))
     assert "coverage: bca interval" in lines[4]
     assert lines[5].startswith("regression against a baseline run") and "power +25" in lines[6]
     reg = lines[7].split()                                    # "10  1 typical  2.3 +- 0.9 %  ...  94 pts"
     assert reg[:3] == ["10", "1", "typical"] and reg[-1] == "pts" and len(reg) == 3 + 5 * 4 + 2
     assert lines[-1].startswith("fwer: ") and float(lines[-1].split()[1]) <= 1.0
+
+
+# -- exact intervals where a binary row is sparse (docs/design.md section 4.1, "Exact intervals in sparse rows") --
+
+def _issue_case() -> pd.DataFrame:
+    """Issue 27's sparse example: 10 tasks, clean passes 2 of 10, tool-missing passes 0 of 10, others as clean."""
+    from pytest_agentperturb.model.task import FAMILIES
+
+    rows = []
+    for i in range(10):
+        clean = float(i < 2)
+        rows.append({"model": "m", "suite": "s", "task": f"t{i}", "family": "clean", "reward": clean})
+        for f in FAMILIES:
+            rows.append({"model": "m", "suite": "s", "task": f"t{i}", "family": f,
+                         "reward": 0.0 if f == "tool-missing" else clean})
+    return normalise(pd.DataFrame(rows))
+
+
+def test_clopper_pearson_and_the_beta_quantile() -> None:
+    from pytest_agentperturb.analysis.exact import (
+        beta_cdf,
+        clopper_pearson,
+        effective_n,
+    )
+
+    # scipy.stats.beta.ppf(0.025, 2, 9), beta.ppf(0.975, 3, 8); beta.cdf(0.3, 2.5, 4)
+    assert clopper_pearson(2, 10, 0.025) == pytest.approx((0.025210726326833, 0.556095462307641), rel=1e-9)
+    assert clopper_pearson(0, 10, 0.025) == (0.0, pytest.approx(1 - 0.025 ** 0.1, rel=1e-9))
+    assert clopper_pearson(10, 10, 0.025) == (pytest.approx(0.025 ** 0.1, rel=1e-9), 1.0)
+    assert beta_cdf(0.3, 2.5, 4.0) == pytest.approx(0.352197585906766, rel=1e-9)
+    assert effective_n([12.0] * 10) == pytest.approx(10.0) and effective_n([1.0, 3.0]) == pytest.approx(1.6)
+
+
+def test_the_issue_case_gets_an_exact_interval_that_is_not_degenerate() -> None:
+    df = _issue_case()
+    d = drops(df, replicates=800, seed=1)
+    row = d[(d["model"] == "m") & (d["level"] == "tool-missing")].iloc[0]
+    assert row.relative_drop == 100.0 and row.boot_degenerate                # every bootstrap replicate says 100
+    assert row.interval_method == "exact"
+    assert row.ci_low < 0.0 and row.ci_high == 100.0                          # D of 50, or none, is plausible
+    old = drops(df, replicates=800, seed=1, method="percentile")              # what the bootstrap alone reports
+    prow = old[(old["model"] == "m") & (old["level"] == "tool-missing")].iloc[0]
+    assert (prow.ci_low, prow.ci_high, prow.interval_method) == (100.0, 100.0, "percentile")
+    # the same figures from the clean and perturbed counts (2 of 10, 0 of 10; 2 of 10, 22 of 120 overall)
+    from pytest_agentperturb.analysis.exact import ratio_interval
+
+    assert (row.ci_low, row.ci_high) == pytest.approx(ratio_interval(0.2, 10, 0.0, 10))
+    ov = d[(d["model"] == "m") & (d["level_kind"] == "overall")].iloc[0]
+    assert ov.interval_method == "exact" and (ov.ci_low, ov.ci_high) == pytest.approx(
+        ratio_interval(0.2, 10, 22 / 120, 120))
+    pool = d[(d["model"] == "all models") & (d["level"] == "tool-missing")].iloc[0]
+    assert pool.interval_method == "exact" and (pool.ci_low, pool.ci_high) == (row.ci_low, row.ci_high)
+
+
+def test_exact_intervals_are_deterministic_and_do_not_depend_on_the_bootstrap_seed() -> None:
+    df = _issue_case()
+    a, b = drops(df, replicates=400, seed=3), drops(df, replicates=400, seed=3)
+    pd.testing.assert_frame_equal(a, b)
+    c = drops(df, replicates=400, seed=4)
+    ex = a["interval_method"] == "exact"
+    assert ex.any()
+    np.testing.assert_array_equal(a.loc[ex, ["ci_low", "ci_high"]].to_numpy(), c.loc[ex, ["ci_low", "ci_high"]].to_numpy())
+
+
+def test_a_dense_binary_row_keeps_the_bca_interval() -> None:
+    df = _run(40, 2, drop=0.3)
+    d = drops(df, replicates=800, seed=9)
+    assert set(d["interval_method"]) == {"bca"}
+    assert (d["n_boot_undefined"] == 0).all() and not d["boot_degenerate"].any()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_an_exact_interval_contains_the_point_estimate(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    tasks = int(rng.integers(4, 16))
+    p = rng.beta(0.5, 2.0, tasks)
+    rows = [{"model": m, "suite": "s", "task": f"t{i}", "family": fam, "repeat": r,
+             "reward": float(rng.random() < p[i] * (1 - drop))}
+            for m in ("a", "b") for i in range(tasks) for r in range(int(rng.integers(1, 3)) if m == "a" else 1)
+            for fam, drop in (("clean", 0.0), ("tool-missing", 0.5), ("user-incorrect", 0.0), ("env-noisy", 0.2))]
+    d = drops(normalise(pd.DataFrame(rows)), replicates=300, seed=seed)
+    ex = d[d["interval_method"] == "exact"]
+    for r in ex.itertuples():
+        assert r.ci_low <= r.relative_drop <= r.ci_high and r.ci_low < r.ci_high and r.ci_high <= 100.0
+    assert set(d["interval_method"]) <= {"bca", "exact"}
+
+
+def test_ratio_interval_contains_the_estimate_on_a_grid() -> None:
+    from pytest_agentperturb.analysis.exact import ratio_interval
+
+    for n in (3, 10, 25):
+        for kc in range(1, n + 1):
+            for kp in range(n + 1):
+                lo, hi = ratio_interval(kc / n, n, kp / n, n)
+                d = 100.0 * (1 - kp / kc)
+                assert lo < d + 1e-9 and d - 1e-9 < hi and lo < hi
+    assert all(math.isnan(v) for v in ratio_interval(0.0, 10, 0.1, 10))
+
+
+def test_the_exact_coverage_is_at_least_95_percent() -> None:
+    """Monte-Carlo over sparse worlds with heterogeneous tasks: the exact interval covers the true D."""
+    from pytest_agentperturb.analysis.exact import ratio_interval
+
+    rng = np.random.default_rng(27)
+    hits = tot = 0
+    for _ in range(3000):
+        p = rng.beta(0.5, 2.0, 10)
+        x = rng.random(10) < p
+        y = rng.random(10) < 0.6 * p
+        if x.any():
+            lo, hi = ratio_interval(float(x.mean()), 10, float(y.mean()), 10)
+            tot, hits = tot + 1, hits + (lo <= 40.0 <= hi)
+    assert hits / tot >= 0.95
+
+
+def test_agentperturb_analyze_says_exact_in_the_terminal_json_and_report(tmp_path: Path) -> None:
+    import json
+
+    from pytest_agentperturb.cli import main
+
+    csv = tmp_path / "e.csv"
+    _issue_case()[["model", "suite", "task", "family", "reward"]].to_csv(csv, index=False)
+    out, html = tmp_path / "s.json", tmp_path / "r.html"
+    assert main(["analyze", "--results", str(csv), "--json", str(out), "--out", str(html), "--replicates", "300"]) == 0
+    from pytest_agentperturb.analysis import analyze, summary_lines
+
+    (line,) = summary_lines(analyze(_issue_case(), replicates=300, permutations=100))   # the terminal's line
+    assert "drop 8.3% [-" in line and "] exact  " in line                    # 1 - (22/120) / 0.2; not one point
+    summary = json.loads(out.read_text())
+    assert summary["degradation"][0]["interval_method"] == "exact"
+    fam = [r for r in summary["drops"] if r["level"] == "tool-missing" and r["model"] == "m"]
+    assert fam[0]["interval_method"] == "exact" and fam[0]["ci_low"] < fam[0]["ci_high"] == 100.0
+    page = html.read_text()
+    assert "<td class=ci>[-1931.9 %, 100.0 %] exact</td>" in page              # the family row, in the table
+    assert "(exact)" in page                                                  # the dot plot's labels
+
+
+def test_continuous_rewards_keep_the_bootstrap_interval_even_when_sparse() -> None:
+    df = _issue_case()
+    df["reward"] = df["reward"] * 0.9                          # rewards 0 and 0.9: not a binary suite
+    d = drops(df, replicates=300, seed=1)
+    row = d[(d["model"] == "m") & (d["level"] == "tool-missing")].iloc[0]
+    assert row.interval_method == "bca" and row.boot_degenerate and (row.ci_low, row.ci_high) == (100.0, 100.0)

@@ -282,3 +282,48 @@ def test_a_store_write_that_fails_on_the_controller_is_an_error_naming_the_file(
     assert "agentperturb.sqlite: cannot record 1 buffered episode(s)" in out.stdout and "database or disk is full" in out.stdout
     assert "episodes run: 0, reused: 0, errors: 4 (excluded from every aggregate)" in out.stdout, out.stdout[-3000:]
     assert "4 failed" in out.stdout
+
+
+#: An agent that does nothing (every episode an agent failure), and a store whose first write fails once.
+IDLE_AGENT_ONE_WRITE_FAILS = '''
+import sqlite3
+import pytest
+from pytest_agentperturb.agents.reference import CarefulAgent
+from pytest_agentperturb.run import store
+from pytest_agentperturb.run.store import Store
+
+class Idle(CarefulAgent):
+    name = "test/idle"
+    async def run(self, ctx):
+        return None
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_agentperturb_make_agent(model, config):
+    return Idle() if model == "test/idle" else None
+
+_put, _calls = Store._put, []
+def _once_full(self, *args):
+    _calls.append(1)
+    if len(_calls) == 1:
+        raise sqlite3.OperationalError("database or disk is full")
+    return _put(self, *args)
+
+Store._put = _once_full  # only the controller ever writes: its first episode's write fails, the rest succeed
+store.BATCH_ROWS = 1
+'''
+
+
+def test_an_agent_failure_that_cannot_be_stored_is_an_error_that_fails_the_session(tmp_path: Path) -> None:
+    """Under xdist an agent-failed episode (never exit status 1 by itself) whose store write fails is an ERROR:
+    the session fails, though the store's later writes succeed and nothing else went wrong."""
+    proj = _project(tmp_path / "project")
+    (proj / "conftest.py").write_text(IDLE_AGENT_ONE_WRITE_FAILS)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--agentperturb",
+                          "suites/workflows", "--agentperturb-model", "test/idle", "--agentperturb-families",
+                          "clean", "-n", "2"], cwd=proj, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 1, out.stdout[-3000:]
+    last = out.stdout.splitlines()[-1]
+    assert "1 failed, 3 agent-failed" in last, out.stdout[-3000:]  # shown as the harness's failure, not the agent's
+    assert "results store error (not an agent failure): " in out.stdout and "database or disk is full" in out.stdout
+    assert "errors: 1 (excluded from every aggregate)" in out.stdout, out.stdout[-3000:]
+    assert "store: NOT fully written: 1 episode(s) not stored (each an ERROR)" in out.stdout, out.stdout[-3000:]

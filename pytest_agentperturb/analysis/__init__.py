@@ -206,7 +206,7 @@ def summary_lines(a: Analysis) -> list[str]:
         else:
             drop = f"drop {r['relative_drop']:.1f}% " + (
                 f"[{r['ci_low']:.1f}, {r['ci_high']:.1f}]" if not (undefined(r["ci_low"]) or undefined(r["ci_high"]))
-                else "[n/a (no interval)]")
+                else "[n/a (no interval)]") + (" exact" if r.get("interval_method") == "exact" else "")
         lines.append(
             f"{r['model']:<22} {r['suite']:<12} clean {figure(r['clean'], '.3f', 'no scored clean episode')}  "
             f"perturbed {figure(r['perturbed'], '.3f', 'no scored perturbed episode')}  {drop}  "
@@ -310,7 +310,8 @@ def summary(a: Analysis) -> dict[str, Any]:
     return {
         "degradation": records(a.overall, ["model", "suite", "baseline", "clean", "perturbed", "relative_drop",
                                            "ci_low", "ci_high", "n_tasks", "n_perturbed", "n_pairs", "n_dropped",
-                                           "dropped_why", "p_exact", "min_detectable", "n_boot_undefined"]),
+                                           "dropped_why", "p_exact", "min_detectable", "n_boot_undefined",
+                                           "interval_method"]),
         "suite_average": records(a.suite_average),
         "predictors": records(a.predictors),
         "clean_score_predictor": records(a.clean_score),

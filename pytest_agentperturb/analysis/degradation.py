@@ -7,11 +7,12 @@ drops are in percent of the clean score.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..model.task import CLEAN, FAMILIES, TARGETS, TYPES
+from .exact import EXACT, effective_n, is_sparse, ratio_interval
 from .stats import (
     INTERVAL_METHODS,
     N_BOOTSTRAP,
@@ -34,7 +35,7 @@ ALL_MODELS = "all models"
 DROP_COLUMNS = ["model", "suite", "baseline", "level_kind", "level", "clean", "perturbed", "relative_drop",
                 "ci_low", "ci_high", "n_models", "n_tasks", "n_perturbed", "n_pairs", "n_dropped",
                 *(f"dropped_{r}" for r in DROP_REASONS), "dropped_why", "n_clusters", "p_exact", "min_detectable",
-                "n_boot_undefined", "boot_degenerate"]
+                "n_boot_undefined", "boot_degenerate", "interval_method"]
 _KINDS = (("overall", None), ("target", "target"), ("type", "type"), ("family", "family"))
 
 
@@ -176,25 +177,34 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
                 if n[m, j] == 0:
                     continue
                 boot[(model, suite, kind, lab)] = db[:, m, j].astype(np.float32)
+                ev = _evidence(csum4[m, ..., j], psum4[m, ..., j], cnt4[m, ..., j], float(c[m, j]), binary,
+                               db[:, m, j])
+                wm = cnt4[m, ..., j][cnt4[m, ..., j] > 0]
+                ci = _interval(method, binary, ev, float(lo[m, j]), float(hi[m, j]), float(c[m, j]), effective_n(wm.tolist()),
+                               float(p[m, j]), float(n[m, j]), replicates)
                 out.append({"model": model, "suite": suite, "baseline": bool(base_of.get(model, False)),
                             "level_kind": kind, "level": lab, "clean": float(c[m, j]), "perturbed": float(p[m, j]),
                             "relative_drop": relative_degradation(float(c[m, j]), float(p[m, j])),
-                            "ci_low": float(lo[m, j]), "ci_high": float(hi[m, j]), "n_models": 1,
+                            **ci, "n_models": 1,
                             "n_tasks": int((cnt[m, :, j] > 0).sum()), "n_pairs": int(n[m, j]),
-                            **_dropped(counts[m, j]),
-                            **_evidence(csum4[m, ..., j], psum4[m, ..., j], cnt4[m, ..., j], float(c[m, j]), binary,
-                                        db[:, m, j])})
+                            **_dropped(counts[m, j]), **ev})
         for j, (kind, lab) in enumerate(levels):
             have = pool & (n[:, j] > 0)
             if not have.any():
                 continue
+            ev = _evidence(None, None, None, float(pool_c[j]), False, pool_db[:, j])
+            # the pooled means' weights: a clean outcome (cluster) of model m weighs m_g / (M N_m), a pair 1 / (M N_m)
+            nh = n[have, j]
+            wc = np.concatenate([cnt4[k, ..., j][cnt4[k, ..., j] > 0] / (len(nh) * nk)
+                                 for k, nk in zip(np.flatnonzero(have), nh)])
+            ci = _interval(method, binary, ev, float(plo[j]), float(phi[j]), float(pool_c[j]), effective_n(wc.tolist()),
+                           float(pool_p[j]), float(len(nh) ** 2 / (1.0 / nh).sum()), replicates)
             out.append({"model": ALL_MODELS, "suite": suite, "baseline": all(base_of.get(m, False) for m in real),
                         "level_kind": kind, "level": lab, "clean": float(pool_c[j]), "perturbed": float(pool_p[j]),
                         "relative_drop": relative_degradation(float(pool_c[j]), float(pool_p[j])),
-                        "ci_low": float(plo[j]), "ci_high": float(phi[j]), "n_models": int(have.sum()),
+                        **ci, "n_models": int(have.sum()),
                         "n_tasks": int((cnt[have, :, j].sum(0) > 0).sum()), "n_pairs": int(n[have, j].sum()),
-                        **_dropped(counts[have, j].sum(0)),
-                        **_evidence(None, None, None, float(pool_c[j]), False, pool_db[:, j])})
+                        **_dropped(counts[have, j].sum(0)), **ev})
             boot[(ALL_MODELS, suite, kind, lab)] = pool_db[:, j].astype(np.float32)
     table = pd.DataFrame(out, columns=DROP_COLUMNS)
     table.attrs["replicates"] = boot
@@ -202,7 +212,7 @@ def drops(df: pd.DataFrame, *, replicates: int = N_BOOTSTRAP, seed: int = 0, lev
 
 
 def _evidence(csum: np.ndarray | None, psum: np.ndarray | None, cnt: np.ndarray | None, clean: float, binary: bool,
-              reps: np.ndarray) -> dict[str, object]:
+              reps: np.ndarray) -> dict[str, Any]:
     """What a row's decision rests on: clusters, the exact test, the smallest detectable drop, the bootstrap.
 
     A cluster is one (task, repeat index) with pairs at the level; ``csum``,
@@ -227,6 +237,21 @@ def _evidence(csum: np.ndarray | None, psum: np.ndarray | None, cnt: np.ndarray 
     if binary and g:
         row["p_exact"] = exchange_test(np.round(csum[have] / m), m, psum[have])
     return row
+
+
+def _interval(method: str, binary: bool, ev: dict[str, Any], lo: float, hi: float, clean: float, n_clean: float,
+              pert: float, n_pert: float, replicates: int) -> dict[str, object]:
+    """A row's reported interval: the bootstrap's, or the exact one where a binary row is sparse (:mod:`.exact`).
+
+    Sparse: fewer than 5 clean passes (effective count ``clean`` x
+    ``n_clean``), a degenerate bootstrap, or more than 1 % of the replicates
+    with C* = 0.  ``method="percentile"`` always reports the percentile interval.
+    """
+    if method == "bca" and binary and clean > 0 and is_sparse(
+            clean * n_clean, bool(ev["boot_degenerate"]), int(ev["n_boot_undefined"]) / max(replicates, 1)):
+        e_lo, e_hi = ratio_interval(clean, n_clean, pert, n_pert)
+        return {"ci_low": e_lo, "ci_high": e_hi, "interval_method": EXACT}
+    return {"ci_low": lo, "ci_high": hi, "interval_method": method}
 
 
 def _dropped(counts: np.ndarray) -> dict[str, object]:

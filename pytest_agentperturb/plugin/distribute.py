@@ -36,7 +36,7 @@ from ..model.keys import EpisodeKey
 from ..model.records import EpisodeRecord, Variant
 from ..model.options import Settings, option
 from ..model.vocab import family_parts
-from .finish import STORE_ERROR
+from .finish import AGENT_FAILED_ATTR, STORE_ERROR
 from .results import preload_analysis
 
 if TYPE_CHECKING:
@@ -208,13 +208,20 @@ class Controller:
         """Store an episode a worker sent on its report (:func:`episode_row`); the row is dropped after.
 
         Returns False when the store failed: the report then reads as a
-        failure that names the file (a harness error, not the agent's).
+        failure that names the file (a harness error, not the agent's: an
+        agent-failed report is one no longer, and an ERROR keeps its own
+        text, a ``WorkerLost`` one say, below that line).  The session
+        fails (:meth:`.finish.Finish.pytest_sessionfinish` counts it).
         """
         try:
             self._store().put_row(episode)
         except StoreError as exc:
+            agent_failed = getattr(report, AGENT_FAILED_ATTR, False)
+            before = report.longreprtext if report.failed and not agent_failed else ""
+            if agent_failed:
+                delattr(report, AGENT_FAILED_ATTR)
             report.outcome = "failed"
-            report.longrepr = f"{STORE_ERROR}{exc}"
+            report.longrepr = f"{STORE_ERROR}{exc}" + (f"\n{before}" if before else "")
             return False
         return True
 

@@ -203,7 +203,8 @@ class Finish:
                 self.report_error = str(exc)
                 if session.exitstatus == pytest.ExitCode.OK:
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if (self.verdict.failed or self.store_error is not None) and session.exitstatus == pytest.ExitCode.OK:
+        if (self.verdict.failed or self.store_error is not None or t.harness_errors) \
+                and session.exitstatus == pytest.ExitCode.OK:  # a harness ERROR fails it, whatever pytest counted
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _report_gate(self) -> None:

@@ -98,7 +98,8 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
                 if undefined(lo) and undefined(hi):   # D undefined, or no interval: say why where it is known
                     tds.append(f"<td class=ci>{esc(na(drop_why(r)))}</td>")
                 else:
-                    tds.append(f"<td class=ci>[{fmt(lo, k)}, {fmt(hi, k)}]</td>")
+                    ex = " exact" if r.get("interval_method") == "exact" else ""
+                    tds.append(f"<td class=ci>[{fmt(lo, k)}, {fmt(hi, k)}]{ex}</td>")
             elif c == "relative_drop" and undefined(r.get(c)):
                 tds.append(f"<td>{esc(na(drop_why(r)))}</td>")
             elif k in _NUMERIC and undefined(r.get(c)):
@@ -140,12 +141,15 @@ def _ran(a: Analysis, suite: str) -> dict[str, set[str]]:
 def degradation(a: Analysis) -> str:
     out = ["<p>D = 100 (C − P) / C per level; intervals are 95 % BCa intervals (expanded for few tasks) of a "
            f"cluster bootstrap over tasks, a drawn task keeping all its repeats ({a.replicates} replicates; replicates whose clean score is 0 have no D and are counted). "
+           "Where a binary level is sparse (fewer than 5 clean passes, a degenerate bootstrap, or more than 1 % of "
+           "the replicates with clean score 0) the interval is <b>exact</b> instead and says so: Clopper-Pearson "
+           "bounds of C and P joined by Bonferroni, conservative (it covers at least 95 %) and wide. "
            "Exact p: the one-sided exact paired test of no drop (binary rewards). Smallest detectable D: the "
            "relative drop this run detects with 80 % power at one-sided 2.5 % (normal approximation).</p>"]
     for suite in sorted(set(a.drops["suite"])):
         d = a.drops[(a.drops["suite"] == suite) & (a.drops["model"] == ALL_MODELS)]
-        items = [(f"{r['level_kind']}: {r['level']}", r["relative_drop"], r["ci_low"], r["ci_high"])
-                 for r in d.to_dict("records")]
+        items = [(f"{r['level_kind']}: {r['level']}" + (" (exact)" if r.get("interval_method") == "exact" else ""),
+                  r["relative_drop"], r["ci_low"], r["ci_high"]) for r in d.to_dict("records")]
         out.append(dot_intervals(items, title=f"{suite}: relative drop, all models", unit=" %"))
         models = [m for m in sorted(set(a.drops["model"])) if m != ALL_MODELS]
         if len(models) > 1:
