@@ -257,8 +257,10 @@ class Finish:
                 tr.write_line(f"  {nodeid}: {msg}")
         if self.analysis is not None:
             from ..analysis import extra_summary_lines, summary_lines
+            from .subsets import figure_lines
 
-            for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
+            for line in [*figure_lines(summary_lines(self.analysis), res.episodes, res.perturbed),
+                         *extra_summary_lines(self.analysis)]:
                 tr.write_line(line)
         if self.agentdojo:
             from ..report.agentdojo_figures import figure_lines

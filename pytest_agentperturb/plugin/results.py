@@ -93,6 +93,7 @@ class Results:
 
     def __init__(self) -> None:
         self.episodes = 0
+        self.perturbed = 0  # episodes of a perturbed item (not clean)
         self.reused = 0
         self.errors = 0
         self.failed = 0
@@ -105,6 +106,7 @@ class Results:
         """Count one episode's report row; the task's and variant's extras are taken off it and kept once."""
         self._keys.add(EpisodeKey.of(row))
         self.episodes += 1
+        self.perturbed += row.get("family") != "clean"
         self.reused += bool(row.get("reused"))
         self.errors += bool(row.get("error"))
         if row.get("success") is False:
