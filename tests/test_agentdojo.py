@@ -23,6 +23,8 @@ from pytest_agentperturb.perturb import builtin_registry  # noqa: E402
 from pytest_agentperturb.perturb.engine import clean_variant  # noqa: E402
 from pytest_agentperturb.run.episode import make_engine, run_episode_sync  # noqa: E402
 
+from task_files import report_of  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 LIB = ad.load()  # before any in-process pytester run, which would drop modules it imported
 ADAPTER = ad.AgentDojoAdapter("agentdojo", ad.SUITES)
@@ -383,7 +385,7 @@ def test_one_task_per_suite_clean_and_perturbed_with_the_reference_agents(pytest
     injected = [r for r in rows if r["family"].startswith("inserted-injection-")]
     assert {r["family"].split("-")[2] for r in injected} == {s.split("-")[0] for s in SAMPLE}
     assert all(r["compliance"] is not None for r in injected)
-    html = (pytester.path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    html = report_of(result).read_text(encoding="utf-8")  # the -k subset's own report
     assert "Coverage per suite" in html and "agentdojo:banking" in html
     # the pack's not-applicable families (skips travel to the controller), with the reason, escaped
     assert "not applicable: AgentDojo&#x27;s system message states no value" in html

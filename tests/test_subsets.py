@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from task_files import report_of
+
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("book-final-interview", "coordinate-release", "share-report")
 AGENT = ("--agentperturb-model", "reference/careful")
@@ -49,11 +51,6 @@ def run_id_of(result: pytest.RunResult) -> str:
     (m,) = [re.search(r"\(run_id (\S+)\)$", ln) for ln in result.outlines if ln.startswith("store: ")]
     assert m is not None
     return m.group(1)
-
-
-def report_of(result: pytest.RunResult) -> Path:
-    (line,) = [ln for ln in result.outlines if ln.startswith("report: ")]
-    return Path(line.removeprefix("report: "))
 
 
 def test_k_selection_runs_the_clean_partners_and_gives_the_drop(pytester: pytest.Pytester, small: Path) -> None:
