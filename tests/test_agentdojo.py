@@ -351,7 +351,9 @@ def test_collects_every_suite_with_its_own_injection_tasks(pytester: pytest.Pyte
                              "--agentperturb-agentdojo-attack", "important_instructions_no_model_name",
                              "-k", "banking-ut01 and inserted-injection-")
     two_ids = [line for line in two.outlines if "::" in line]
-    assert len(two_ids) == 18 and len([i for i in two_ids if "-tool-knowledge[" in i]) == 9, two.outlines[-20:]
+    # 18 injections and their clean partner (plugin/subsets.py)
+    assert len(two_ids) == 19 and len([i for i in two_ids if "-tool-knowledge[" in i]) == 9, two.outlines[-20:]
+    assert "agentdojo:banking::banking-ut01::clean[reference/oracle]" in two_ids
     bad = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo:banking", "--collect-only",
                              "-p", "no:cacheprovider", "--agentperturb-agentdojo-attack", "important_instructions",
                              "--agentperturb-model", "reference/oracle")
@@ -366,7 +368,7 @@ def test_collects_every_suite_with_its_own_injection_tasks(pytester: pytest.Pyte
     one = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo:banking", "--collect-only", "-q",
                              "-p", "no:cacheprovider", "--agentperturb-model", "reference/oracle",
                              "-k", "banking-ut01 and inserted-injection-")
-    assert len([line for line in one.outlines if "::" in line]) == 9
+    assert len([line for line in one.outlines if "::" in line]) == 9 + 1  # and the clean partner
 
 
 def test_one_task_per_suite_clean_and_perturbed_with_the_reference_agents(pytester: pytest.Pytester) -> None:

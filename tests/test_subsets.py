@@ -185,3 +185,14 @@ def test_xdist_workers_share_the_run_id_and_the_pairing(pytester: pytest.Pyteste
     result.stdout.re_match_lines([r".* pairs 3\b.*"])
     run_id = run_id_of(result)
     assert rows(pytester) == [(run_id, t, f) for t in TASKS for f in ("clean", "tool-missing")]
+
+
+def test_collect_only_lists_the_clean_partners(pytester: pytest.Pytester, small: Path) -> None:
+    result = run(pytester, "--collect-only", "-q", "-k", "tool and missing")
+    ids = [ln for ln in result.outlines if "::" in ln]
+    assert sorted(ids) == sorted(f"suites/workflows::{t}::{f}[reference/careful]" for t in TASKS
+                                 for f in ("clean", "tool-missing"))
+    for t in TASKS:  # each clean partner just before its perturbed item
+        assert ids.index(f"suites/workflows::{t}::clean[reference/careful]") + 1 == \
+            ids.index(f"suites/workflows::{t}::tool-missing[reference/careful]")
+    assert "paired: 3 clean episode(s) collected for the 3 selected perturbed item(s)" in result.stdout.str()

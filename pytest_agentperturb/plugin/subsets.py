@@ -157,7 +157,8 @@ class Pairing:
         """The terminal's line about the clean episodes run for pairing (None when none was needed)."""
         if not self.put_back:
             return None
-        return (f"paired: {self.put_back} clean episode(s) run for the {self.partnered} selected perturbed "
+        verb = "collected" if self.config.option.collectonly else "run"
+        return (f"paired: {self.put_back} clean episode(s) {verb} for the {self.partnered} selected perturbed "
                 "item(s) (the figures compare each with its clean partner)")
 
 
