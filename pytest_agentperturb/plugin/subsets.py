@@ -88,7 +88,6 @@ class Pairing:
         self._deselected: list[pytest.Item] = []
         self.put_back = 0  # clean items run for pairing only
         self.partnered = 0  # selected perturbed items whose clean partner was put back
-        self.perturbed = 0  # selected perturbed items
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self._deselected.extend(items)
@@ -105,7 +104,6 @@ class Pairing:
         back_keys: set[tuple[str, str, int]] = set()
         for item in items:
             if isinstance(item, PerturbItem) and item.family != CLEAN:
-                self.perturbed += 1
                 key = _pair_key(item)
                 if key not in selected:
                     selected.add(key)
