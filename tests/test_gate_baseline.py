@@ -22,6 +22,8 @@ from pytest_agentperturb.model.records import EpisodeRecord
 from pytest_agentperturb.run.baseline import parse_spec, read_rows, resolve
 from pytest_agentperturb.run.store import put_all
 
+from task_files import report_of
+
 ROOT = Path(__file__).resolve().parents[1]
 FAM = "clean,user-missing,context-incorrect,tool-incorrect,procedure-redundant"
 
@@ -158,7 +160,7 @@ def test_two_session_seeds_of_one_agent_are_not_distinguishable(pytester: pytest
         by[(t, f, r)][run] = (dig, rew)
     assert all(v["a"][0] == v["b"][0] for v in by.values())        # the same variants...
     assert any(v["a"][1] != v["b"][1] for v in by.values())        # ...other episode seeds, other outcomes
-    page = (project / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    page = report_of(second).read_text(encoding="utf-8")  # a families subset's own report
     assert page.index("id='versus-baseline'") < page.index("id='repeats'") < page.index("id='degradation'")
     assert "not distinguishable from noise" in page and "pass^k" in page
 
@@ -174,7 +176,7 @@ def test_literal_against_a_careful_baseline_breaches_max_regression(pytester: py
             "agentperturb gate: --agentperturb-max-regression breached by reference/literal on workflows vs "
             "reference/careful (baseline run 'careful'): change in D +* points (95 % interval ?+* points, "
             f"+* points?) > limit 5.0 points under --agentperturb-gate-on {rule}: *"])
-    page = (project / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    page = report_of(r).read_text(encoding="utf-8")
     assert "Versus baseline" in page and "Gate: FAILED" in page
 
 

@@ -59,7 +59,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--agentperturb",
                             "suites/workflows", "-k", "share-report and (clean or incorrect)",
                             "--agentperturb-model", "reference/literal", "--agentperturb-model", "reference/careful",
-                            "--agentperturb-agent", "flaky.py:Flaky", "--agentperturb-run-id", f"run-{mode}"],
+                            "--agentperturb-agent", "flaky.py:Flaky", "--agentperturb-run-id", f"run-{mode}",
+                            "--agentperturb-report", "reports/agentperturb.html"],  # not the -k subset's own
                            cwd=d, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode in (0, 1), r.stdout + r.stderr
     return d / "reports" / "agentperturb.sqlite"

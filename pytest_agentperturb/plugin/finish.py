@@ -248,10 +248,8 @@ class Finish:
         reused = res.reused
         errors = res.errors + self.tally.harness_errors
         tr.write_sep("=", "agentperturb")
-        owners = {**res.owners, "harness": res.owners.get("harness", 0) + self.tally.harness_errors}
-        by = ", ".join(f"{k} {n}" for k in ("agent", "provider", "harness") if (n := owners.get(k)))
         tr.write_line(f"episodes run: {res.episodes - reused}, reused: {reused}, "
-                      f"errors: {errors} (excluded from every aggregate){f' [{by}]' if by else ''}, "
+                      f"errors: {errors} (excluded from every aggregate){res.owners_note(self.tally.harness_errors)}, "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
         invalid = self.tally.invalid
         if invalid:
@@ -260,8 +258,10 @@ class Finish:
                 tr.write_line(f"  {nodeid}: {msg}")
         if self.analysis is not None:
             from ..analysis import extra_summary_lines, summary_lines
+            from .subsets import figure_lines as paired
 
-            for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
+            for line in [*paired(summary_lines(self.analysis), res.episodes, res.perturbed),
+                         *extra_summary_lines(self.analysis)]:
                 tr.write_line(line)
         if self.agentdojo:
             from ..report.agentdojo_figures import figure_lines

@@ -98,6 +98,7 @@ class Results:
 
     def __init__(self) -> None:
         self.episodes = 0
+        self.perturbed = 0  # episodes of a perturbed item (not clean)
         self.reused = 0
         self.errors = 0
         self.owners: dict[str, int] = {}   # errors per owner (agent, provider, harness: model/ownership.py)
@@ -111,6 +112,7 @@ class Results:
         """Count one episode's report row; the task's and variant's extras are taken off it and kept once."""
         self._keys.add(EpisodeKey.of(row))
         self.episodes += 1
+        self.perturbed += row.get("family") != "clean"
         self.reused += bool(row.get("reused"))
         if row.get("error"):
             self.errors += 1
@@ -130,6 +132,13 @@ class Results:
         edits = row.pop("image_edits", None)
         if edits:
             self._images.setdefault(VariantKey.of(row), edits)
+
+    def owners_note(self, harness: int = 0) -> str:
+        """`` [agent a, provider p, harness h]`` for the summary's errors count (``harness``: errors not counted
+        here, such as tasks that did not load), or nothing without errors."""
+        owners = {**self.owners, "harness": self.owners.get("harness", 0) + harness}
+        by = ", ".join(f"{k} {n}" for k in ("agent", "provider", "harness") if (n := owners.get(k)))
+        return f" [{by}]" if by else ""
 
     def first_failures(self) -> list[tuple[str, Any, str, str]]:
         """(node id, reward, reproduce line, failed checks) of the first failures, in (model, suite, task, family,
