@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from fake_openai import FakeOpenAI, Script, preimported  # noqa: F401 (fixture)
+from task_files import report_of
 
 from pytest_agentperturb.model.ownership import AGENT, HARNESS, PROVIDER, error_kind
 
@@ -35,6 +36,12 @@ def exits(ctx):
 def lazy(ctx):
     ctx.finish("I did nothing")
 '''
+
+
+def _pages(result: pytest.RunResult) -> Path:
+    """The task-pages folder of the report the run wrote (a subset run names its report after the selection)."""
+    report = report_of(result)
+    return report.with_name(f"{report.stem}-tasks")
 
 
 def _store(pytester: pytest.Pytester) -> list[tuple[str, str]]:
@@ -66,7 +73,7 @@ def test_a_crashing_agent_is_an_agent_error_with_its_own_frames_shown_once(pytes
     assert "Traceback (most recent call last)" in traj and 'myagent.py\\", line 2, in helper' in traj
     assert "pytest_agentperturb" in traj   # the full traceback, the harness's frames included
     # the task page says whose the error is and shows the full traceback
-    page = (pytester.path / "reports" / "agentperturb-tasks" / "workflows" / "book-offsite.html").read_text()
+    page = (_pages(result) / "workflows" / "book-offsite.html").read_text()
     assert "agent error: RuntimeError: boom from my agent" in page
     assert "<pre class=err>Traceback (most recent call last):" in page
     assert html.escape('myagent.py", line 2, in helper') in page
@@ -96,7 +103,7 @@ def test_a_provider_failure_is_a_provider_error(pytester: pytest.Pytester, suite
     out = result.stdout.str()
     assert "agent error" not in out and "in your agent's code" not in out, out
     assert "errors: 1 (excluded from every aggregate) [provider 1]," in out, out
-    page = (pytester.path / "reports" / "agentperturb-tasks" / "workflows" / "book-offsite.html").read_text()
+    page = (_pages(result) / "workflows" / "book-offsite.html").read_text()
     assert "provider error (not an agent failure): ProviderError: openai/fake" in page
     assert "<pre class=err>" not in page
 
@@ -148,7 +155,7 @@ def test_undefined_figures_print_as_na_with_why(pytester: pytest.Pytester, suite
     (line,) = [ln for ln in result.outlines if ln.startswith("myagent.py:lazy")]
     assert "clean 0.000" in line and "drop n/a (no clean passes)" in line, line   # D divides by the clean score
     assert "nan" not in result.stdout.str().lower(), result.stdout.str()
-    report = (pytester.path / "reports" / "agentperturb.html").read_text()
+    report = report_of(result).read_text()
     assert "<td>n/a (no clean passes)</td><td class=ci>n/a (no clean passes)</td>" in report
     assert ">nan" not in report.lower() and "nan %" not in report.lower()
 
