@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from .model.errors import OptionError
 from .model.options import OPTIONS, Option
 from .model.task import CLEAN, FAMILIES, TARGETS
+from .model.undefined import NO_CLEAN_PASSES, na
 
 if TYPE_CHECKING:
     import argparse
@@ -96,7 +97,7 @@ class Breach:
         if self.reason:
             return (f"agentperturb gate: {self.flag} not evaluated for {self.subject}: {self.reason} "
                     "(a threshold that cannot be evaluated fails)")
-        m = "undefined (clean score 0)" if math.isnan(self.measured) else _num(self.measured, self.what)
+        m = na(NO_CLEAN_PASSES) if math.isnan(self.measured) else _num(self.measured, self.what)
         op = "<" if self.what in ("clean score", "bypass rate") else ">"
         return (f"agentperturb gate: {self.flag} breached by {self.subject}: {self.what} {m} {op} limit "
                 f"{_num(self.limit, self.what)}")

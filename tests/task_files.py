@@ -110,3 +110,20 @@ def run_fast(pytester: pytest.Pytester, suite: Path, *args: str, n: int | None =
     if n:
         return pytester.runpytest_subprocess("--agentperturb", "suites/workflows", *FAST, "-n", str(n), *args)
     return pytester.runpytest("--agentperturb", "suites/workflows", *FAST, *args)
+
+
+# -- where a run wrote its report -------------------------------------------------------------------------
+def report_of(result: Any) -> Path:
+    """The report a run wrote: the path of its summary's ``report: <path>`` line.
+
+    ``result`` is a pytester ``RunResult``, a ``subprocess.CompletedProcess`` or the output itself.  A run of a
+    ``-k``, ``-m`` or ``--agentperturb-families`` subset names its report after the selection, so a test reads
+    the report the run says it wrote rather than assuming ``reports/agentperturb.html``.
+    """
+    out = result if isinstance(result, str) else getattr(result, "stdout", "")
+    text = out if isinstance(out, str) else out.str()
+    lines = [ln.strip() for ln in text.splitlines()]
+    paths = [ln.removeprefix("report: ") for ln in lines
+             if ln.startswith("report: ") and not ln.startswith(("report: NOT", "report: not"))]
+    assert len(paths) == 1, f"no single 'report:' line in the output:\n{text[-2000:]}"
+    return Path(paths[0])

@@ -23,6 +23,8 @@ from pytest_agentperturb.perturb import builtin_registry  # noqa: E402
 from pytest_agentperturb.perturb.engine import clean_variant  # noqa: E402
 from pytest_agentperturb.run.episode import make_engine, run_episode_sync  # noqa: E402
 
+from task_files import report_of  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 LIB = ad.load()  # before any in-process pytester run, which would drop modules it imported
 ADAPTER = ad.AgentDojoAdapter("agentdojo", ad.SUITES)
@@ -349,7 +351,9 @@ def test_collects_every_suite_with_its_own_injection_tasks(pytester: pytest.Pyte
                              "--agentperturb-agentdojo-attack", "important_instructions_no_model_name",
                              "-k", "banking-ut01 and inserted-injection-")
     two_ids = [line for line in two.outlines if "::" in line]
-    assert len(two_ids) == 18 and len([i for i in two_ids if "-tool-knowledge[" in i]) == 9, two.outlines[-20:]
+    # 18 injections and their clean partner (plugin/subsets.py)
+    assert len(two_ids) == 19 and len([i for i in two_ids if "-tool-knowledge[" in i]) == 9, two.outlines[-20:]
+    assert "agentdojo:banking::banking-ut01::clean[reference/oracle]" in two_ids
     bad = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo:banking", "--collect-only",
                              "-p", "no:cacheprovider", "--agentperturb-agentdojo-attack", "important_instructions",
                              "--agentperturb-model", "reference/oracle")
@@ -364,7 +368,7 @@ def test_collects_every_suite_with_its_own_injection_tasks(pytester: pytest.Pyte
     one = pytester.runpytest("--agentperturb", "--agentperturb-suite", "agentdojo:banking", "--collect-only", "-q",
                              "-p", "no:cacheprovider", "--agentperturb-model", "reference/oracle",
                              "-k", "banking-ut01 and inserted-injection-")
-    assert len([line for line in one.outlines if "::" in line]) == 9
+    assert len([line for line in one.outlines if "::" in line]) == 9 + 1  # and the clean partner
 
 
 def test_one_task_per_suite_clean_and_perturbed_with_the_reference_agents(pytester: pytest.Pytester) -> None:
@@ -383,7 +387,7 @@ def test_one_task_per_suite_clean_and_perturbed_with_the_reference_agents(pytest
     injected = [r for r in rows if r["family"].startswith("inserted-injection-")]
     assert {r["family"].split("-")[2] for r in injected} == {s.split("-")[0] for s in SAMPLE}
     assert all(r["compliance"] is not None for r in injected)
-    html = (pytester.path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    html = report_of(result).read_text(encoding="utf-8")  # the -k subset's own report
     assert "Coverage per suite" in html and "agentdojo:banking" in html
     # the pack's not-applicable families (skips travel to the controller), with the reason, escaped
     assert "not applicable: AgentDojo&#x27;s system message states no value" in html

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from task_files import report_of
+
 ARGS = ("--agentperturb", "suites/workflows", "--agentperturb-families", "clean", "-k", "book-offsite",
         "--agentperturb-model", "reference/literal", "-p", "no:cacheprovider")
 
@@ -127,7 +129,7 @@ def test_agent_value_not_json_is_a_stored_error(pytester: pytest.Pytester, suite
     out = result.stdout.str()
     assert len(result.outlines) < 60 and "Traceback" not in out, out   # short: no 3,300-line traceback
     assert "episodes run: 1" in out and "errors: 1" in out and says in out, out
-    assert (pytester.path / "reports" / "agentperturb.html").is_file()
+    assert report_of(result).is_file()  # the subset's own report
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
         (error, reward, traj), = conn.execute("SELECT error, reward, trajectory FROM episodes").fetchall()
     assert error.startswith("AgentValueError: ") and says in error and reward is None
@@ -187,7 +189,7 @@ def test_a_task_page_never_replaces_a_users_file(pytester: pytest.Pytester, suit
     mine = pytester.path / "reports" / "agentperturb-tasks" / "workflows" / "book-offsite.html"
     mine.parent.mkdir(parents=True)
     mine.write_text("my own notes")
-    result = pytester.runpytest(*ARGS)
+    result = pytester.runpytest(*ARGS, "--agentperturb-report", "reports/agentperturb.html")  # its pages folder
     out = result.stdout.str()
     assert mine.read_text() == "my own notes"
     assert "report: NOT written" in out and "not a page of an agentperturb report" in out and "store:" in out

@@ -26,6 +26,8 @@ from pytest_agentperturb.report.files import unwritable, write_text
 from pytest_agentperturb.run import store as store_mod
 from pytest_agentperturb.run.store import Store, put_all
 
+from task_files import report_of
+
 ARGS = ("--agentperturb", "suites/workflows", "--agentperturb-families", "clean,user-missing", "-k",
         "book-offsite", "--agentperturb-model", "reference/literal", "-p", "no:cacheprovider")
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,7 +174,8 @@ def test_a_store_failing_at_the_end_is_one_red_line_and_the_summary_runs(
         fix: str) -> None:
     first = pytester.runpytest(*ARGS)
     assert first.ret == 0, first.stdout.str()
-    page = (pytester.path / "reports" / "agentperturb.html").read_bytes()
+    rep = report_of(first)   # a -k subset's own report
+    page = rep.read_bytes()
     real_init = Store.__init__
 
     def init(self: Store, *a: Any, **kw: Any) -> None:
@@ -189,7 +192,7 @@ def test_a_store_failing_at_the_end_is_one_red_line_and_the_summary_runs(
     assert "episodes run: 2" in out and "gate" in out   # the summary and the gate still ran
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     if fail == "read":   # nothing could be read back: the last report is kept, not replaced by an empty one
-        assert (pytester.path / "reports" / "agentperturb.html").read_bytes() == page
+        assert rep.read_bytes() == page
     else:   # every episode was stored before the close failed: the report is written from them
         assert "report: NOT written" not in out
 

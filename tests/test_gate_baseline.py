@@ -22,6 +22,8 @@ from pytest_agentperturb.model.records import EpisodeRecord
 from pytest_agentperturb.run.baseline import parse_spec, read_rows, resolve
 from pytest_agentperturb.run.store import put_all
 
+from task_files import report_of
+
 ROOT = Path(__file__).resolve().parents[1]
 FAM = "clean,user-missing,context-incorrect,tool-incorrect,procedure-redundant"
 
@@ -162,7 +164,7 @@ def test_two_session_seeds_of_one_agent_are_not_distinguishable(pytester: pytest
         by[(t, f, r)][run] = (dig, rew)
     assert all(v["a"][0] == v["b"][0] for v in by.values())        # the same variants...
     assert any(v["a"][1] != v["b"][1] for v in by.values())        # ...other episode seeds, other outcomes
-    page = (project / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    page = report_of(second).read_text(encoding="utf-8")  # a families subset's own report
     assert page.index("id='versus-baseline'") < page.index("id='repeats'") < page.index("id='degradation'")
     assert "not distinguishable from noise" in page and "pass^k" in page
 
@@ -181,7 +183,7 @@ def test_literal_against_a_careful_baseline_breaches_max_regression(pytester: py
         # the terminal's versus line says the change's interval is exact (docs/design.md section 4.1)
         r.stdout.fnmatch_lines([("*versus baseline run 'careful' (reference/careful): D *, change +* points "
                                  "[[]+*, +*[]] exact (rose), 28 tasks*")])
-    page = (project / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    page = report_of(r).read_text(encoding="utf-8")
     assert "Versus baseline" in page and "Gate: FAILED" in page
     assert "(exact)" in page and "] exact</td>" in page                   # the change's dot plot and table
 

@@ -139,7 +139,9 @@ def test_generator_option_drives_the_session_from_the_cache(pytester: pytest.Pyt
     assert result.ret == 0
     from pytest_agentperturb.run.store import read_episodes
 
-    (rec,) = read_episodes(pytester.path / "s.sqlite")
+    episodes = read_episodes(pytester.path / "s.sqlite")
+    assert sorted(r.family for r in episodes) == ["clean", "context-incorrect"]  # the clean partner runs too
+    (rec,) = [r for r in episodes if r.family == "context-incorrect"]
     assert rec.operator == "llm:swap_purchase_order"
     assert PROMPTS.name == "prompts"
 

@@ -58,28 +58,30 @@ def test_collects_every_task_by_family_and_model(pytester: pytest.Pytester, suit
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "expected", "partners"),
     [
-        (["-k", "tool and missing"], N_TASKS * 2),
-        (["-k", "clean"], N_TASKS * 2),
-        (["-k", "not redundant"], N_TASKS * 2 * (N_FAM - 4) + N_IMAGE * 2 * len(IMAGE_OBJECTS)),
-        (["-k", "injection"], N_TASKS * 2 + N_IMAGE * 2),
-        (["-m", "inserted"], N_TASKS * 2 * len(INSERTED) + N_IMAGE * 2 * len(IMAGE_OBJECTS)),
-        (["-k", "image"], N_IMAGE * 2 * (N_FAM + len(IMAGE_OBJECTS))),
-        (["-m", "image and clean"], N_IMAGE * 2),
-        (["-k", "image and not clean and not inserted"], N_IMAGE * 2 * len(FAMILIES)),
-        (["-k", "literal and user"], N_TASKS * 3),
-        (["-m", "tool and missing"], N_TASKS * 2),
-        (["-m", "procedure or context"], N_TASKS * 2 * 7),  # + inserted-distractor-turn
-        (["--agentperturb-families", "clean,tool-missing"], N_TASKS * 2 * 2),
-        (["--agentperturb-model", "reference/oracle"], N_ITEMS),
+        (["-k", "tool and missing"], N_TASKS * 2, N_TASKS * 2),
+        (["-k", "clean"], N_TASKS * 2, 0),
+        (["-k", "not redundant"], N_TASKS * 2 * (N_FAM - 4) + N_IMAGE * 2 * len(IMAGE_OBJECTS), 0),
+        (["-k", "injection"], N_TASKS * 2 + N_IMAGE * 2, N_TASKS * 2),
+        (["-m", "inserted"], N_TASKS * 2 * len(INSERTED) + N_IMAGE * 2 * len(IMAGE_OBJECTS), N_TASKS * 2),
+        (["-k", "image"], N_IMAGE * 2 * (N_FAM + len(IMAGE_OBJECTS)), 0),
+        (["-m", "image and clean"], N_IMAGE * 2, 0),
+        (["-k", "image and not clean and not inserted"], N_IMAGE * 2 * len(FAMILIES), N_IMAGE * 2),
+        (["-k", "literal and user"], N_TASKS * 3, N_TASKS),
+        (["-m", "tool and missing"], N_TASKS * 2, N_TASKS * 2),
+        (["-m", "procedure or context"], N_TASKS * 2 * 7, N_TASKS * 2),  # + inserted-distractor-turn
+        (["--agentperturb-families", "clean,tool-missing"], N_TASKS * 2 * 2, 0),
+        (["--agentperturb-families", "tool-missing"], N_TASKS * 2, N_TASKS * 2),
+        (["--agentperturb-model", "reference/oracle"], N_ITEMS, 0),
     ],
 )
-def test_selection(pytester: pytest.Pytester, suite: Path, args: list[str], expected: int) -> None:
+def test_selection(pytester: pytest.Pytester, suite: Path, args: list[str], expected: int, partners: int) -> None:
+    """``expected`` items selected, plus the clean ``partners`` they are compared with (plugin/subsets.py)."""
     result = pytester.runpytest("--agentperturb", "suites/workflows", "--collect-only", "-q",
                                 "--strict-markers", "-p", "no:cacheprovider", *args)
     assert result.ret == 0
-    assert len(_ids(result)) == expected
+    assert len(_ids(result)) == expected + partners
 
 
 def test_unknown_family_is_a_usage_error(pytester: pytest.Pytester, suite: Path) -> None:
@@ -113,7 +115,7 @@ def test_full_run_reports_verdicts_and_exits_zero(pytester: pytest.Pytester, sui
                                 "--agentperturb-seed", "5", "--junitxml", "junit.xml")
     assert result.ret == 0, result.stdout.str()[-3000:]
     result.stdout.fnmatch_lines([
-        "agentperturb: seed=5 run_id=seed-5 models=reference/literal,reference/careful",
+        "agentperturb: seed=5 run_id=seed-5-2???????T?????? models=reference/literal,reference/careful",
         "*::clean?reference/literal? PASS*",
         "*agent-failed*",
     ])
@@ -151,7 +153,7 @@ def test_malformed_task_is_an_error_and_the_rest_runs(pytester: pytest.Pytester,
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-def test_infrastructure_error_is_an_error_not_a_failure(pytester: pytest.Pytester, suite: Path) -> None:
+def test_agent_exception_is_an_agent_error_not_a_failure(pytester: pytest.Pytester, suite: Path) -> None:
     pytester.makeconftest(
         "import pytest\n"
         "class Broken:\n"
@@ -167,8 +169,11 @@ def test_infrastructure_error_is_an_error_not_a_failure(pytester: pytest.Pyteste
                                 "--agentperturb-model", "test/broken", "--agentperturb-model", "reference/oracle",
                                 "--agentperturb-families", "clean", "-k", "reschedule-standup")
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*infrastructure error (not an agent failure): ConnectionError: provider unreachable*",
+    # the user's own agent raised it: the agent's error (never a FAIL), with its own frame
+    result.stdout.fnmatch_lines(["*agent error: ConnectionError: provider unreachable*",
+                                 "*conftest.py:6 in run: raise ConnectionError('provider unreachable')",
                                  "*errors: 1*"])
+    assert "not an agent failure" not in result.stdout.str()
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as db:
         row = db.execute("SELECT reward, success, error FROM episodes WHERE model='test/broken'").fetchone()
     assert row == (None, None, "ConnectionError: provider unreachable")

@@ -183,7 +183,8 @@ def test_svg_escapes_labels() -> None:
 def _run(pytester: pytest.Pytester, suite_path: Path, *args: str) -> pytest.RunResult:
     shutil.copytree(suite_path, pytester.path / "suites" / "workflows")
     return pytester.runpytest_subprocess("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
-                                         "-k", "share-report", *args)
+                                         "-k", "share-report", "--agentperturb-report", "reports/agentperturb.html",
+                                         *args)  # named: a -k subset's report is otherwise its own
 
 
 def test_plain_run_under_xdist_writes_full_report(pytester: pytest.Pytester, suite_path: Path) -> None:

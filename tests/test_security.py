@@ -119,7 +119,8 @@ def test_every_user_and_model_string_is_inert_in_both_html_outputs(pytester: pyt
     text = drill.read_text(encoding="utf-8")
     assert html.escape(PAYLOADS[1]) in text and html.escape(PAYLOADS[0]) in text  # the agent's strings, as text
     assert text.count(" id='ep-") == 8 and text.count("<ol class=traj>") == 8  # both agents' episodes, once each (the broken one's: its traceback)
-    assert text.count("error (not an agent failure)") == 4   # the broken agent's: an error, no trajectory
+    assert text.count("agent error: RuntimeError: ") == 4   # the broken agent's: its own error, no trajectory
+    assert text.count("<pre class=err>Traceback (most recent call last):") == 4   # with its traceback (escaped)
     for p in pages:
         if p.is_file():
             assert_inert(p.read_text(encoding="utf-8"), f"the task page {p.name}")

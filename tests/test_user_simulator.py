@@ -411,9 +411,9 @@ def test_user_model_from_the_ini_file_plays_the_user_in_a_session(
             "--agentperturb-model", "reference/careful", "--agentperturb-api-base", srv.base,
             "--agentperturb-store", str(pytester.path / "s.sqlite"),
             "--agentperturb-report", str(pytester.path / "r.html"))
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)  # the episode and its clean partner (plugin/subsets.py)
     result.stdout.fnmatch_lines(["*agentperturb: user simulator=openai/fake-user*"])
-    (rec,) = read_episodes(pytester.path / "s.sqlite")
+    (rec,) = [r for r in read_episodes(pytester.path / "s.sqlite") if r.family == "user-missing"]
     turn = next(e for e in rec.trajectory if e.get("role") == "user")
     assert turn["simulator"] == "openai/fake-user" and turn["usage"]["input_tokens"] == 60
     assert rec.reward == 1.0 and rec.input_tokens != 60

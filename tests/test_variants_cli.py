@@ -196,8 +196,9 @@ def test_inserted_objects_are_parameters_selectable_with_k(pytester: pytest.Pyte
     res = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
                              "-k", "injection", "--agentperturb-seed", "7", "-v")
     assert res.ret == pytest.ExitCode.OK  # agent failures are reported verdicts, not test failures
-    lines = [x for x in res.outlines if x.startswith("suites/workflows::") and "%]" in x]
+    lines = [x for x in res.outlines if x.startswith("suites/workflows::") and "%]" in x and "::clean[" not in x]
     assert len(lines) == 2 * (N_TASKS + N_IMAGE)  # inserted-injection, and inserted-image-injection
+    assert len([x for x in res.outlines if "::clean[" in x and "%]" in x]) == 2 * N_TASKS  # their clean partners
     assert any("inserted-injection[reference/literal]" in x and "compliance" in x for x in lines)
     assert any("inserted-image-injection[reference/literal]" in x and "compliance" in x for x in lines)
     assert all("bypass" in x for x in lines if "reference/careful" in x)
@@ -208,7 +209,8 @@ def test_tool_and_incorrect_selects_only_that_family(pytester: pytest.Pytester, 
     res = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
                              "-k", "tool and incorrect", "--collect-only", "-q")
     ids = [x for x in res.outlines if "::" in x]
-    assert len(ids) == 2 * N_TASKS and all("::tool-incorrect[" in x for x in ids)
+    assert len(ids) == 2 * 2 * N_TASKS  # and each one's clean partner
+    assert len([x for x in ids if "::tool-incorrect[" in x]) == len([x for x in ids if "::clean[" in x]) == 2 * N_TASKS
     res = pytester.runpytest("--agentperturb", "suites/workflows", "-p", "no:cacheprovider",
                              "-m", "inserted", "--collect-only", "-q")
     assert len([x for x in res.outlines if "::inserted-" in x]) == 2 * (3 * N_TASKS + 4 * N_IMAGE)

@@ -59,7 +59,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--agentperturb",
                             "suites/workflows", "-k", "share-report and (clean or incorrect)",
                             "--agentperturb-model", "reference/literal", "--agentperturb-model", "reference/careful",
-                            "--agentperturb-agent", "flaky.py:Flaky", "--agentperturb-run-id", f"run-{mode}"],
+                            "--agentperturb-agent", "flaky.py:Flaky", "--agentperturb-run-id", f"run-{mode}",
+                            "--agentperturb-report", "reports/agentperturb.html"],  # not the -k subset's own
                            cwd=d, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode in (0, 1), r.stdout + r.stderr
     return d / "reports" / "agentperturb.sqlite"
@@ -113,6 +114,8 @@ def test_episodes_verdicts_error_classes_and_pages(explorer: Path, store: Path) 
         ("run-b", "acme/flaky", "tool-incorrect", "RuntimeError")]
     assert "boom from my agent" in err[0]["error"]
     assert all(r["error_class"] is None for r in eps if r["verdict"] != "error")
+    assert err[0]["error_owner"] == "agent"   # the agent's own exception (model/ownership.py)
+    assert all(r["error_owner"] is None for r in eps if r["verdict"] != "error")
     assert {r["target"] for r in eps} == {"clean", "user", "procedure", "context", "tool"}
     assert {r["type"] for r in eps} == {"clean", "incorrect"}
     page = store.with_name("agentperturb-tasks") / "workflows" / "share-report.html"
@@ -174,7 +177,8 @@ def test_metadata_names_what_exists() -> None:
     meta = json.loads(json.dumps(view.metadata(Path("s.sqlite"), "s", Path("/p"))))
     db = meta["databases"][view.EXPLORER]
     cols = {c for c, _ in view.EPISODE_COLUMNS}
-    assert db["tables"]["episodes"]["facets"] == ["model", "family", "target", "type", "verdict", "error_class"]
+    assert db["tables"]["episodes"]["facets"] == ["model", "family", "target", "type", "verdict", "error_class",
+                                                  "error_owner"]
     assert set(db["tables"]["episodes"]["facets"]) <= cols and set(db["tables"]["episodes"]["columns"]) <= cols
     assert set(db["tables"]["runs"]["columns"]) <= {c for c, _ in view.RUN_COLUMNS}
     assert set(db["queries"]) == {"failures_of_run", "flipped", "costliest_successes"}

@@ -23,6 +23,8 @@ import pytest
 
 from pytest_agentperturb.run.store import Store
 
+from task_files import report_of
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = Path(execnet.__file__).parent / "script" / "socketserver.py"
 TASKS = ("reschedule-standup", "share-report", "forward-invoice", "archive-contract")
@@ -193,8 +195,9 @@ def test_episodes_run_on_other_hosts_are_stored_once_by_the_controller_and_resum
     rows = _rows(db)
     assert len(rows) == 4 and {r[2] for r in rows} == set(TASKS) and len({r[:6] for r in rows}) == 4
     assert puts() == 4  # each row written exactly once, by the controller
-    pages = ctl / "reports" / "agentperturb-tasks" / "workflows"  # the report, written by the controller
-    assert (ctl / "reports" / "agentperturb.html").is_file()
+    report = report_of(first.stdout)  # the report, written by the controller (a subset run's own)
+    assert report.parent == ctl / "reports" and report.is_file()
+    pages = report.with_name(f"{report.stem}-tasks") / "workflows"
     assert all("<ol class=traj>" in (pages / f"{t}.html").read_text(encoding="utf-8") for t in TASKS)
     with sqlite3.connect(db) as c:
         stamps = dict(c.execute("SELECT task, recorded_at FROM episodes").fetchall())
@@ -250,7 +253,8 @@ def test_episodes_run_over_ssh_are_stored_once_by_the_controller(tmp_path: Path)
     _hosts_gained_no_store_or_report(before)
     rows = _rows(ctl / "reports" / "agentperturb.sqlite")
     assert len(rows) == 4 and {r[2] for r in rows} == set(TASKS) and len({r[:6] for r in rows}) == 4
-    assert (ctl / "reports" / "agentperturb.html").is_file()
+    report = report_of(out.stdout)
+    assert report.parent == ctl / "reports" and report.is_file()
 
 
 def _variants(db: Path) -> list[tuple[object, ...]]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .defaults import N_BOOTSTRAP, N_PERMUTATIONS
 from .table import DROP_REASONS, describe_drops, normalise, pairing_audit, pairs, pooled, pooled_models, scored
+from ..model.undefined import drop_why, figure, na, undefined
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -200,14 +201,25 @@ def summary_lines(a: Analysis) -> list[str]:
         g = ep[(ep["model"] == r["model"]) & (ep["suite"] == r["suite"])]
         comp = g[g["family"].isin(FAMILIES)]["compliance"].dropna()
         rate = float(comp.astype(bool).mean()) if len(comp) else float("nan")
+        if undefined(r["relative_drop"]):
+            drop = f"drop {na(drop_why(r) or 'undefined')}"
+        else:
+            drop = f"drop {r['relative_drop']:.1f}% " + (
+                f"[{r['ci_low']:.1f}, {r['ci_high']:.1f}]" if not (undefined(r["ci_low"]) or undefined(r["ci_high"]))
+                else "[n/a (no interval)]") + (" exact" if r.get("interval_method") == "exact" else "")
         lines.append(
-            f"{r['model']:<22} {r['suite']:<12} clean {r['clean']:.3f}  perturbed {r['perturbed']:.3f}  "
-            f"drop {r['relative_drop']:.1f}% [{r['ci_low']:.1f}, {r['ci_high']:.1f}]"
-            + (" exact" if r.get("interval_method") == "exact" else "") + "  "
-            f"compliance {rate:.2f}  turns/episode {g['turns'].mean():.1f}  pairs {int(r['n_pairs'])}"
+            f"{r['model']:<22} {r['suite']:<12} clean {figure(r['clean'], '.3f', 'no scored clean episode')}  "
+            f"perturbed {figure(r['perturbed'], '.3f', 'no scored perturbed episode')}  {drop}  "
+            f"compliance {figure(rate, '.2f', 'no compliance verdict')}  "
+            f"turns/episode {figure(g['turns'].mean(), '.1f', 'no scored episode')}  pairs {int(r['n_pairs'])}"
             + (f" (dropped {int(r['n_dropped'])}: {r['dropped_why']})" if r["n_dropped"] else "")
             + _detectable(r))
     return lines or ["no scored episodes"]
+
+
+def _pct(d: Any) -> str:
+    """A relative drop D in percent, or ``n/a (...)`` (D divides by the clean score)."""
+    return "n/a (no clean passes or no pairs)" if undefined(d) else f"{float(d):.1f}%"
 
 
 def _detectable(r: Any) -> str:
@@ -237,11 +249,12 @@ def extra_summary_lines(a: Analysis) -> list[str]:
             head = f"{model:<22} {suite:<12} repeats k={int(g['k'].iloc[0])}"
             if len(c):
                 r = c.iloc[0]
-                head += (f": clean pass@1 {r['pass_at_1']:.2f}  pass^k {r['pass_hat_k']:.2f}  "
-                         f"pass@k {r['pass_at_k']:.2f}  noise floor (clean-vs-clean flips) {r['noise_floor']:.2f}")
+                head += (f": clean pass@1 {figure(r['pass_at_1'], '.2f')}  pass^k {figure(r['pass_hat_k'], '.2f')}  "
+                         f"pass@k {figure(r['pass_at_k'], '.2f')}  noise floor (clean-vs-clean flips) "
+                         f"{figure(r['noise_floor'], '.2f')}")
                 curve = r.get("pass_hat_curve")
                 if isinstance(curve, list) and len(curve) > 2:
-                    head += f"  pass^k for k = 1..{len(curve)}: " + " ".join(f"{x:.2f}" for x in curve)
+                    head += f"  pass^k for k = 1..{len(curve)}: " + " ".join(figure(x, ".2f") for x in curve)
             lines.append(head)
             lines.append(f"{'':<35} families not distinguishable from noise: {', '.join(quiet) or 'none'} "
                          f"({len(quiet)} of {len(fams)})")
@@ -249,9 +262,14 @@ def extra_summary_lines(a: Analysis) -> list[str]:
         v = a.versus
         ov = v.deltas[v.deltas["level_kind"] == "overall"]
         for r in ov.itertuples(index=False):
-            lines.append(f"{r.model:<22} {r.suite:<12} versus {v.label} ({r.baseline_model}): D {r.d_current:.1f}% "
-                         f"vs {r.d_baseline:.1f}%, change {r.delta:+.1f} points [{r.ci_low:+.1f}, {r.ci_high:+.1f}]"
-                         f"{' exact' if getattr(r, 'interval_method', '') == 'exact' else ''} ({r.verdict}), {int(r.n_tasks)} tasks"
+            ci = f"[{r.ci_low:+.1f}, {r.ci_high:+.1f}]" if not (undefined(r.ci_low) or undefined(r.ci_high)) \
+                else "[n/a (no interval)]"
+            if ci != "[n/a (no interval)]" and getattr(r, "interval_method", "") == "exact":
+                ci += " exact"
+            lines.append(f"{r.model:<22} {r.suite:<12} versus {v.label} ({r.baseline_model}): "
+                         f"D {_pct(r.d_current)} vs {_pct(r.d_baseline)}, "
+                         f"change {figure(r.delta, '+.1f', 'a D undefined')} points {ci} "
+                         f"({r.verdict}), {int(r.n_tasks)} tasks"
                          + (f", detectable change >= {r.min_detectable:.0f} points (80% power, one-sided 2.5%)"
                             if r.min_detectable == r.min_detectable else ""))
         if len(v.mismatches):

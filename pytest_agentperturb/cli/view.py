@@ -11,7 +11,9 @@ immutable, removed on exit) with what the store's own columns do not say:
 * ``episodes``: every episode without its trajectory, with its ``verdict``
   (``passed``, ``agent-failed`` or ``error``), its ``error_class`` (the
   error's leading name: ``RuntimeError``, ``GraderError``, ``EpisodeTimeout``
-  ...), faceted by model, family, target, type, verdict and error class, and
+  ...) and ``error_owner`` (``agent``, ``provider`` or ``harness``:
+  :mod:`..model.ownership`), faceted by model, family, target, type,
+  verdict, error class and error owner, and
   its ``page``: the URL of the episode on its task's page.
 
 Task pages are served from ``--pages DIR`` (default: the folder the report
@@ -42,6 +44,7 @@ from urllib.parse import quote, urlencode
 
 from ..model.errors import AgentPerturbError, OptionError
 from ..model.options import DEFAULT_STORE
+from ..model.ownership import error_kind
 from ..model.vocab import CLEAN
 
 log = logging.getLogger("agentperturb")
@@ -51,13 +54,14 @@ EXPLORER = "explorer"
 #: The verdict of an episode as the explorer names it.
 PASSED, AGENT_FAILED, ERROR = "passed", "agent-failed", "error"
 EXTRA_HINT = "pip install 'pytest-agentperturb[view]'"
-FACETS: tuple[str, ...] = ("model", "family", "target", "type", "verdict", "error_class")
+FACETS: tuple[str, ...] = ("model", "family", "target", "type", "verdict", "error_class", "error_owner")
 _ERROR_CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 #: The explorer's ``episodes`` columns and their SQLite types.
 EPISODE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "INTEGER PRIMARY KEY"), ("run_id", "TEXT"), ("model", "TEXT"), ("suite", "TEXT"), ("task", "TEXT"),
-    ("family", "TEXT"), ("verdict", "TEXT"), ("error_class", "TEXT"), ("page", "TEXT"), ("reward", "REAL"),
+    ("family", "TEXT"), ("verdict", "TEXT"), ("error_class", "TEXT"), ("error_owner", "TEXT"), ("page", "TEXT"),
+    ("reward", "REAL"),
     ("compliance", "INTEGER"), ("cost_usd", "REAL"), ("tokens", "INTEGER"), ("turns", "INTEGER"),
     ("tool_calls", "INTEGER"), ("wall_s", "REAL"), ("target", "TEXT"), ("type", "TEXT"), ("operator", "TEXT"),
     ("seed", "INTEGER"), ("repeat", "INTEGER"), ("baseline", "INTEGER"), ("recorded", "TEXT"), ("error", "TEXT"),
@@ -79,7 +83,7 @@ QUERIES: dict[str, tuple[str, str, str]] = {
         "Failures of a run",
         "The agent-failed and error episodes of one run (run_id; blank: the most recent run), "
         "each with its error class and a link to its task page.",
-        "SELECT run_id, model, suite, task, family, verdict, error_class, reward, compliance, error, page\n"
+        "SELECT run_id, model, suite, task, family, verdict, error_class, error_owner, reward, compliance, error, page\n"
         "FROM episodes\n"
         f"WHERE run_id = coalesce(nullif(:run_id, ''), {_LATEST}) AND verdict != 'passed'\n"
         "ORDER BY verdict, family, suite, task, model, seed, repeat"),
@@ -147,6 +151,20 @@ def error_class(error: Any) -> str | None:
     return head if m and m.group(0) == head else "other"
 
 
+def error_owner(row: Mapping[str, Any]) -> str | None:
+    """Whose an episode's error is: ``agent``, ``provider`` or ``harness`` (:mod:`..model.ownership`); None without one."""
+    error = row.get("error")
+    if not error:
+        return None
+    traj = row.get("trajectory")
+    if isinstance(traj, str):
+        try:
+            traj = json.loads(traj) if traj else None
+        except ValueError:
+            traj = None
+    return error_kind(error, traj)
+
+
 def _iso(t: Any) -> str | None:
     if not isinstance(t, (int, float)):
         return None
@@ -168,7 +186,8 @@ def episode_rows(rows: Iterable[Mapping[str, Any]],
     for i, r in enumerate(rows, 1):
         comp = r.get("compliance")
         yield (i, r.get("run_id"), r.get("model"), r.get("suite"), r.get("task"), r.get("family"), verdict(r),
-               error_class(r.get("error")), page(r), r.get("reward"), None if comp is None else int(bool(comp)),
+               error_class(r.get("error")), error_owner(r), page(r), r.get("reward"),
+               None if comp is None else int(bool(comp)),
                r.get("cost_usd"), _tokens(r), r.get("turns"), r.get("tool_calls"), r.get("wall_s"), r.get("target"),
                r.get("type"), r.get("operator"), r.get("seed"), int(r.get("repeat") or 0),
                int(bool(r.get("baseline"))), _iso(r.get("recorded_at")), r.get("error") or None,
@@ -323,6 +342,8 @@ def metadata(store: Path, store_db: str, pages: Path | None) -> dict[str, Any]:
                                        "an agent failure)",
                             "error_class": "the error's leading name, e.g. RuntimeError, GraderError, "
                                            "EpisodeTimeout",
+                            "error_owner": "whose the error is: agent (the agent's code raised it), provider (a "
+                                           "model call failed) or harness (the run or the scoring failed)",
                             "tokens": "input + output tokens (blank: usage unknown)",
                             "page": "the episode on its task's page",
                         },

@@ -119,11 +119,14 @@ OPTIONS: tuple[Option, ...] = (
            "session seed; per-item seeds derive from it and the item (default: 0).", metavar="N", minimum=0),
     Option("store", "--agentperturb-store", "str", DEFAULT_STORE, f"results store (default: {DEFAULT_STORE}).",
            metavar="PATH"),
-    Option("report", "--agentperturb-report", "str", DEFAULT_REPORT, f"HTML report (default: {DEFAULT_REPORT}).",
-           metavar="PATH"),
+    Option("report", "--agentperturb-report", "str", DEFAULT_REPORT,
+           f"HTML report (default: {DEFAULT_REPORT}; a run of a -k, -m or --agentperturb-families subset: "
+           "agentperturb-<selection>.html beside it).", metavar="PATH"),
     Option("resume", "--agentperturb-resume", "switch", False,
            "reuse episodes already recorded in the store for this run id; run only the missing ones.", ini=None),
-    Option("run_id", "--agentperturb-run-id", "str", "", "name of this run in the store (default: seed-<seed>).",
+    Option("run_id", "--agentperturb-run-id", "str", "",
+           "name of this run in the store (default: seed-<seed>-<UTC start time>, unique in the store; with "
+           "--agentperturb-resume, the newest such run of the seed).",
            metavar="ID", ini=None),
     Option("strict", "--agentperturb-strict", "switch", False,
            "strict mode: every compliance (the agent took the perturbation up) fails its test."),

@@ -169,3 +169,19 @@ def recovery_turns(trajectory: Iterable[Mapping[str, Any]]) -> int:
 def blocked_replies(trajectory: Iterable[Mapping[str, Any]]) -> int:
     """User replies the simulator held back because they would have leaked."""
     return sum(1 for e in trajectory if e.get("role") == USER and e.get("blocked"))
+
+
+#: A failed item's line names at most this many failed grader checks, each cut to :data:`CHECK_WIDTH` characters.
+CHECKS_SHOWN, CHECK_WIDTH = 2, 80
+
+
+def failed_checks(trajectory: Iterable[Any]) -> list[str]:
+    """The grader checks an episode failed, in the grader's order (none when it named none)."""
+    return [str(c[0]) for e in trajectory if isinstance(e, Mapping) and e.get("role") == GRADER
+            for c in (e.get("checks") or ()) if isinstance(c, (list, tuple)) and len(c) == 2 and not c[1]]
+
+
+def checks_line(checks: list[str], shown: int = CHECKS_SHOWN, width: int = CHECK_WIDTH) -> str:
+    """The first ``shown`` failed checks, each cut to ``width`` characters, ``(+N more)`` for the rest."""
+    out = "; ".join(c if len(c) <= width else c[:width - 1] + "…" for c in checks[:shown])
+    return out + (f" (+{len(checks) - shown} more)" if len(checks) > shown else "")

@@ -128,6 +128,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import SESSION_KEY, AgentPerturbSession
 
     settings, thresholds = options.resolve(config)
+    from .subsets import for_session
+
+    settings = for_session(config, settings)  # this run's own run id; a subset run's own report
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = []  # only the named suites: not the testpaths or the current folder
     session = AgentPerturbSession(config, settings, thresholds, heap=config.stash.get(HEAP_KEY, None))

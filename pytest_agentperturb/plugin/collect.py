@@ -30,6 +30,7 @@ import pytest
 
 from ..model.errors import TaskFormatError
 from ..model.options import OPTIONS, Settings, option
+from ..model.ownership import error_text
 from ..model.interfaces import SuiteAdapter
 from ..model.task import TaskSlot
 from ..model.records import EpisodeRecord, Variant
@@ -151,6 +152,7 @@ class TaskCollector(pytest.Collector):
         self.load = load
         self.adapter = adapter
         self.plan, self.runner = plan, runner
+        self.task: Task | None = None  # once collected
 
     def collect(self) -> Iterator[pytest.Item]:
         plan = self.plan
@@ -167,22 +169,31 @@ class TaskCollector(pytest.Collector):
                                   "rename one of the two tasks (both would write the same store rows)")
             yield InvalidTask.from_parent(self, name="invalid-task", message=load_error(err, "task"), plan=plan)
             return
-        keywords = plan.task_keywords(task)
+        self.task = task
         for family in plan.families_for(self.adapter, task):
-            target, typ = family_parts(family)
             for model in plan.runner_names():
                 for r in range(plan.repeats):  # repeats adjacent: the batcher prefetches them together
-                    item = PerturbItem.from_parent(self, name=f"{family}[{model}{repeat_suffix(r, plan.repeats)}]",
-                                                   task=task, family=family, model=model, repeat=r, plan=plan,
-                                                   runner=self.runner)
-                    for kw in keywords:
-                        item.add_marker(kw)
-                    if family == CLEAN:
-                        item.add_marker("clean")
-                    else:
-                        item.add_marker(target)
-                        item.add_marker(typ)
-                    yield item
+                    yield self.item(family, model, r)
+
+    def item(self, family: str, model: str, repeat: int) -> PerturbItem:
+        """The item of one (family, agent, repeat) of this collector's task, with its markers.
+
+        Also what :mod:`.subsets` asks for a clean partner that ``--agentperturb-families`` left out.
+        """
+        plan, task = self.plan, self.task
+        assert task is not None, "collected first"
+        item = PerturbItem.from_parent(self, name=f"{family}[{model}{repeat_suffix(repeat, plan.repeats)}]",
+                                       task=task, family=family, model=model, repeat=repeat, plan=plan,
+                                       runner=self.runner)
+        for kw in plan.task_keywords(task):
+            item.add_marker(kw)
+        if family == CLEAN:
+            item.add_marker("clean")
+        else:
+            target, typ = family_parts(family)
+            item.add_marker(target)
+            item.add_marker(typ)
+        return item
 
 
 def load_error(exc: BaseException, what: str) -> str:
@@ -311,16 +322,18 @@ class PerturbItem(pytest.Item):
         return self.path, 0, f"{self.task.key}[{self.family}-{self.model}{suffix}]"
 
     def setup(self) -> None:
-        """Run (or reuse) the episode; an infrastructure error is a pytest ERROR.
+        """Run (or reuse) the episode; an episode's error is a pytest ERROR that says whose it is.
 
         It is reported by message only (``pytrace=False``): the harness's own
         traceback says nothing about a provider failure, and pytest need not
-        parse source to format one.
+        parse source to format one.  An agent's error shows the last frames
+        of the user's own code (:func:`~..model.ownership.error_text`); its
+        full traceback is in the store and on the task page.
         """
         self.runner.run_item(self)
         if self.record is not None and self.record.error:
-            pytest.fail(f"infrastructure error (not an agent failure): {self.record.error}\n"
-                        f"{self.reproduce_line()}", pytrace=False)
+            pytest.fail(f"{error_text(self.record.error, self.record.trajectory)}\n{self.reproduce_line()}",
+                        pytrace=False)
 
     def runtest(self) -> None:
         """The verdict is reported, not raised, unless strict mode asks for it."""
@@ -377,7 +390,8 @@ def plugin_args(args: Sequence[str]) -> list[str]:
 
 def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool = False,
                    extra: Sequence[str] = (), repeat: int | None = None, plugins: Sequence[str] = ()) -> str:
-    """A command that re-runs exactly one item (pytest rejects '::' after a folder, so -k).
+    """A command that re-runs one item and, for a perturbed one, its clean partner (pytest rejects '::' after a
+    folder, so -k): the pair the item's figures compare.
 
     ``runner_args`` are the flag and value that select the agent
     (``--agentperturb-model M`` or ``--agentperturb-agent SPEC``); ``extra``
@@ -392,7 +406,8 @@ def reproduce_line(nodeid: str, runner_args: list[str], seed: int, named: bool =
     suite, task, name = nodeid.split("::")[:3]
     family = name.split("[", 1)[0]
     where = ["--agentperturb-suite", suite] if named else [suite]
-    which = f"{task} and {family}" + (f" and r{repeat}]" if repeat is not None else "")
+    which = (f"{task} and clean" if family == CLEAN else f"{task} and ({family} or clean)") \
+        + (f" and r{repeat}]" if repeat is not None else "")  # a perturbed item with its clean partner
     args = ["pytest", *plugins, "--agentperturb", *where, "-k", which, *runner_args, *extra,
             "--agentperturb-seed", str(seed)]
     known = secrets()

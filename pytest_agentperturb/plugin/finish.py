@@ -249,7 +249,7 @@ class Finish:
         errors = res.errors + self.tally.harness_errors
         tr.write_sep("=", "agentperturb")
         tr.write_line(f"episodes run: {res.episodes - reused}, reused: {reused}, "
-                      f"errors: {errors} (excluded from every aggregate), "
+                      f"errors: {errors} (excluded from every aggregate){res.owners_note(self.tally.harness_errors)}, "
                       f"wall time: {time.perf_counter() - self.started:.1f} s")
         invalid = self.tally.invalid
         if invalid:
@@ -258,8 +258,10 @@ class Finish:
                 tr.write_line(f"  {nodeid}: {msg}")
         if self.analysis is not None:
             from ..analysis import extra_summary_lines, summary_lines
+            from .subsets import figure_lines as paired
 
-            for line in [*summary_lines(self.analysis), *extra_summary_lines(self.analysis)]:
+            for line in [*paired(summary_lines(self.analysis), res.episodes, res.perturbed),
+                         *extra_summary_lines(self.analysis)]:
                 tr.write_line(line)
         if self.agentdojo:
             from ..report.agentdojo_figures import figure_lines
@@ -279,8 +281,8 @@ class Finish:
                 tr.write_line(pairing)
         if res.failed:
             tr.write_line(f"agent failures: {res.failed} (first 5 below; all in the report)")
-            for nodeid, reward, reproduce in res.first_failures():
-                tr.write_line(f"  {nodeid}  reward={reward}")
+            for nodeid, reward, reproduce, checks in res.first_failures():
+                tr.write_line(f"  {nodeid}  failed: {checks or 'the grader named no failed check'}; reward={reward}")
                 tr.write_line(f"    {reproduce}")
         for line in (self.verdict.lines() if self.verdict is not None else []):
             tr.write_line(line, red=self.verdict is not None and self.verdict.failed

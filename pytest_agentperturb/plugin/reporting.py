@@ -22,7 +22,8 @@ from .collect import InvalidTask, PerturbItem
 from .distribute import Controller, episode_row
 from .finish import AGENT_FAILED_ATTR, STORE_ERROR, Tally
 from ..model.records import EpisodeRecord
-from ..model.trajectory import GRADER
+from ..model.ownership import heading
+from ..model.trajectory import checks_line, failed_checks as trajectory_failed_checks
 from .results import report_row
 from .variants import key_of
 
@@ -150,7 +151,7 @@ class ReportHooks:
         if rec is None:
             return
         report.when = "setup"  # pytest shows an ERROR, not a failure
-        report.longrepr = rec.error
+        report.longrepr = heading(rec.error)
         row = report_row(rec, None, reused=False, reproduce="")
         row["episode"] = episode_row(rec, "", None)
         setattr(report, REPORT_ATTR, row)
@@ -158,13 +159,12 @@ class ReportHooks:
 
 def failed_checks(rec: EpisodeRecord) -> list[str]:
     """The grader's checks that failed, in the grader's order (none when it named none)."""
-    return [str(c) for e in rec.trajectory if e.get("role") == GRADER
-            for c, ok in (e.get("checks") or []) if not ok]
+    return trajectory_failed_checks(rec.trajectory)
 
 
 def agent_failure_text(rec: EpisodeRecord, reproduce: str) -> str:
-    """The failure text of an agent-failed episode: the failed grader checks, the reward, the reproduce line."""
+    """The failure text of an agent-failed episode: the first failed grader checks, the reward, the reproduce line."""
     checks = failed_checks(rec)
-    what = ("failed grader checks: " + "; ".join(checks)) if checks else "the grader named no failed check"
+    what = ("failed grader checks: " + checks_line(checks)) if checks else "the grader named no failed check"
     comp = "" if rec.compliance is None else (" (compliance)" if rec.compliance else " (bypass)")
     return f"agent failed{comp}: {what}; reward {rec.reward}\n{reproduce}"

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..model.keys import EpisodeKey, VariantKey
+from ..model.ownership import error_kind
 from ..model.records import REPORTED
+from ..model.trajectory import checks_line, failed_checks
 
 if TYPE_CHECKING:
     from ..model.records import EpisodeRecord, Variant
@@ -52,8 +54,11 @@ def report_row(rec: EpisodeRecord, variant: Variant | None, *, reused: bool, rep
     """
     row: dict[str, Any] = {k: getattr(rec, k) for k in REPORTED}
     row["reused"] = reused
+    if rec.error:   # whose it is needs the traceback, which stays here
+        row["error_kind"] = error_kind(rec.error, rec.trajectory)
     if rec.success is False:
         row["reproduce"] = reproduce
+        row["checks"] = checks_line(failed_checks(rec.trajectory))  # the failure's line names them
     if variant is not None and variant.image_edits:
         row["image_edits"] = [e.to_json() for e in variant.image_edits]
     if task is not None:
@@ -93,11 +98,13 @@ class Results:
 
     def __init__(self) -> None:
         self.episodes = 0
+        self.perturbed = 0  # episodes of a perturbed item (not clean)
         self.reused = 0
         self.errors = 0
+        self.owners: dict[str, int] = {}   # errors per owner (agent, provider, harness: model/ownership.py)
         self.failed = 0
         self._keys: set[EpisodeKey] = set()
-        self._failures: list[tuple[tuple[Any, ...], str, Any, str]] = []
+        self._failures: list[tuple[tuple[Any, ...], str, Any, str, str]] = []
         self._tasks: dict[tuple[str, str], dict[str, Any]] = {}
         self._images: dict[VariantKey, list[Any]] = {}  # variant -> its image edits (image variants only)
 
@@ -105,12 +112,17 @@ class Results:
         """Count one episode's report row; the task's and variant's extras are taken off it and kept once."""
         self._keys.add(EpisodeKey.of(row))
         self.episodes += 1
+        self.perturbed += row.get("family") != "clean"
         self.reused += bool(row.get("reused"))
-        self.errors += bool(row.get("error"))
+        if row.get("error"):
+            self.errors += 1
+            kind = str(row.get("error_kind") or "harness")
+            self.owners[kind] = self.owners.get(kind, 0) + 1
         if row.get("success") is False:
             self.failed += 1
             order = (row["model"], row["suite"], row["task"], row["family"], row.get("repeat", 0))
-            self._failures.append((order, nodeid, row.get("reward"), str(row.get("reproduce", ""))))
+            self._failures.append((order, nodeid, row.get("reward"), str(row.get("reproduce", "")),
+                                   str(row.get("checks", ""))))
             if len(self._failures) > 8 * _FAILURES_SHOWN:  # keep the first few only
                 self._failures = sorted(self._failures, key=lambda f: f[0])[:_FAILURES_SHOWN]
         props = row.pop("task_properties", None)
@@ -121,9 +133,17 @@ class Results:
         if edits:
             self._images.setdefault(VariantKey.of(row), edits)
 
-    def first_failures(self) -> list[tuple[str, Any, str]]:
-        """(node id, reward, reproduce line) of the first failures in (model, suite, task, family, repeat) order."""
-        return [(n, r, rep) for _, n, r, rep in sorted(self._failures, key=lambda f: f[0])[:_FAILURES_SHOWN]]
+    def owners_note(self, harness: int = 0) -> str:
+        """`` [agent a, provider p, harness h]`` for the summary's errors count (``harness``: errors not counted
+        here, such as tasks that did not load), or nothing without errors."""
+        owners = {**self.owners, "harness": self.owners.get("harness", 0) + harness}
+        by = ", ".join(f"{k} {n}" for k in ("agent", "provider", "harness") if (n := owners.get(k)))
+        return f" [{by}]" if by else ""
+
+    def first_failures(self) -> list[tuple[str, Any, str, str]]:
+        """(node id, reward, reproduce line, failed checks) of the first failures, in (model, suite, task, family,
+        repeat) order."""
+        return [(n, r, rep, c) for _, n, r, rep, c in sorted(self._failures, key=lambda f: f[0])[:_FAILURES_SHOWN]]
 
     def read(self, path: Path, run_id: str) -> list[dict[str, Any]]:
         """:meth:`rows` from the store file at ``path`` (its own connection, closed after; none without episodes)."""

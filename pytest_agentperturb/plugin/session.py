@@ -32,6 +32,7 @@ from .finish import Finish, Tally
 from .registries import Registries
 from .reporting import ReportHooks
 from .running import Runner
+from .subsets import Pairing
 from .variants import variant_digest  # noqa: F401 (variant_digest: re-exported)
 
 SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
@@ -67,7 +68,9 @@ class AgentPerturbSession:
         if self.controller is not None:
             config.pluginmanager.register(self.controller, "agentperturb-controller")
         self.reports = ReportHooks(self.tally, self.controller, self.repeats, settings.agent_failures_pass)
-        for part, name in ((self.runner, "runner"), (self.reports, "reports"), (self.finish, "finish")):
+        self.pairing = Pairing(config, settings)
+        for part, name in ((self.runner, "runner"), (self.reports, "reports"), (self.finish, "finish"),
+                           (self.pairing, "pairing")):
             config.pluginmanager.register(part, f"agentperturb-{name}")
 
     # -- what the collectors ask (collect.Plan) --------------------------------------

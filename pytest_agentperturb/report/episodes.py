@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..model.jsontext import dumper
+from ..model.ownership import AGENT, agent_traceback, error_kind, heading
 from ..model.protocols import IMAGE_TYPES
 from .svg import esc
 
@@ -211,6 +212,23 @@ def verdict(r: Mapping[str, Any]) -> tuple[str, str]:
     if r.get("error"):
         return "error", "fail"
     return ("pass", "pass") if r.get("success") else ("fail", "fail")
+
+
+def error_html(r: Mapping[str, Any], limit: int | None = None) -> str:
+    """An episode's error, saying whose it is; an agent's carries its full traceback (empty without an error).
+
+    ``limit`` cuts the error text (a table cell), which then carries no traceback.
+    """
+    error = r.get("error")
+    if not error:
+        return ""
+    traj = load_json_list(r.get("trajectory"))
+    text = str(error)
+    if limit is not None:
+        text = text[:limit]
+    out = f"<span class=err>{esc(heading(text, traj))}</span>"
+    tb = agent_traceback(traj) if limit is None and error_kind(error, traj) == AGENT else ""
+    return out + (f"<pre class=err>{esc(tb)}</pre>" if tb else "")
 
 
 def decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

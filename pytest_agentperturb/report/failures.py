@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..model.task import CLEAN, FAMILIES, INSERTED
-from .episodes import episode_anchor, load_json_list, verdict
+from ..model.trajectory import failed_checks as trajectory_failed_checks
+from .episodes import episode_anchor, error_html, load_json_list, verdict
 from .pages import page_path
 from .svg import esc
 
@@ -45,13 +46,7 @@ def failure_anchor(suite: Any, family: Any, model: Any = None) -> str:
 
 def failed_checks(traj: Any) -> list[str]:
     """The grader checks an episode failed, in order (from its trajectory's grader entries)."""
-    out = []
-    for e in load_json_list(traj):
-        if isinstance(e, Mapping) and e.get("role") == "grader":
-            for c in e.get("checks") or ():
-                if isinstance(c, (list, tuple)) and len(c) == 2 and not c[1]:
-                    out.append(str(c[0]))
-    return out
+    return trajectory_failed_checks(load_json_list(traj))
 
 
 def checks_column(rows: Sequence[dict[str, Any]]) -> list[list[str] | None]:
@@ -91,7 +86,7 @@ def _int(x: Any) -> int:
 
 def _checks_html(r: Mapping[str, Any]) -> str:
     if r.get("error"):
-        return f"<span class=err>error (not an agent failure): {esc(str(r['error'])[:CHECK_CHARS])}</span>"
+        return error_html(r, CHECK_CHARS)
     given = r.get(CHECKS)
     checks = [str(c) for c in given] if isinstance(given, (list, tuple)) else failed_checks(r.get("trajectory"))
     if not checks:
@@ -136,14 +131,15 @@ def failures_section(rows: Iterable[Mapping[str, Any]], pages_url: str,
             for r in shown[:MAX_PER_MODEL]:
                 page = base + page_path(suite, str(r["task"]))
                 word, cls = verdict(r)
-                cell = "<td>–</td>"
+                cell = "<td>–</td>"   # a clean episode has no clean pair
                 if family != CLEAN:
                     c = clean.get(_pair_key(r))
+                    cell = "<td>n/a (no clean episode)</td>"
                     if c is not None:
                         cw, ccls = verdict(c)
                         cell = f"<td><a class={ccls} href='{esc(page + '#' + episode_anchor(c))}'>{esc(cw)}</a></td>"
                 reward = r.get("reward")
-                rtext = "–" if reward is None or reward != reward else f"{float(reward):.2f}"
+                rtext = "n/a (not scored)" if reward is None or reward != reward else f"{float(reward):.2f}"
                 out.append(f"<tr><td class=l><a href='{esc(page + '#' + episode_anchor(r))}'>{esc(r['task'])}</a>"
                            f"</td><td class={cls}>{esc(word)}</td><td>{rtext}</td>{cell}"
                            f"<td class=l>{_checks_html(r)}</td></tr>")

@@ -36,7 +36,7 @@ from urllib.parse import quote
 
 from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN, FAMILIES, INSERTED
-from .episodes import CSS, canaries_of, diff_html, episode_anchor, trajectory_html, verdict
+from .episodes import CSS, canaries_of, diff_html, episode_anchor, error_html, trajectory_html, verdict
 from .files import exchange, unwritable
 from .images import image_pairs_html
 from .svg import esc
@@ -126,7 +126,7 @@ def summaries(rows: Iterable[Mapping[str, Any]]) -> list[TaskSummary]:
 
 
 def _rate(k: int, n: int) -> str:
-    return f"{k}/{n}" if n else "–"
+    return f"{k}/{n}" if n else "n/a (none run)"
 
 
 def _cls(k: int, n: int) -> str:
@@ -211,7 +211,7 @@ def _head(r: Mapping[str, Any], several: bool) -> str:
 def _perturbed(r: Mapping[str, Any], clean: Mapping[str, Any] | None, several: bool, anchor: str) -> str:
     body = [f"<h4>{_head(r, several)}</h4>"]
     if r.get("error"):
-        body.append(f"<p class=err>error (not an agent failure): {esc(r['error'])}</p>")
+        body.append(f"<div class=err>{error_html(r)}</div>")
     cans = canaries_of(r)
     if r["family"] != CLEAN:
         diff = r.get("diff")
@@ -278,8 +278,7 @@ def task_page(suite: str, task: str, rows: Sequence[Mapping[str, Any]], *, main_
             clean = cleans[0] if cleans else None
             if clean is not None:
                 left = (f"<div class=clean id='{anchors[id(clean)]}'><h4>{_head(clean, False)}</h4>"
-                        + (f"<p class=err>error (not an agent failure): {esc(clean['error'])}</p>"
-                           if clean.get("error") else "")
+                        + (f"<div class=err>{error_html(clean)}</div>" if clean.get("error") else "")
                         + trajectory_html(clean.get("trajectory")) + "</div>")
             else:
                 left = "<div class=clean><h4>clean</h4><p class=muted>no clean episode</p></div>"

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.task import CLEAN, TARGETS, TYPES
+from ..model.undefined import drop_why, empty_why, figure, na, undefined
 from .failures import failure_anchor
 from .svg import box_pairs, correlation_matrix, dot_intervals, esc, heatmap, trend_chart
 
@@ -46,9 +47,9 @@ def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
     if kind == "model":
         return model_cell(v, base)
     if kind == "curve":
-        return " ".join("–" if x != x else f"{x:.2f}" for x in v) if isinstance(v, (list, tuple)) else "–"
+        return " ".join(figure(x, ".2f") for x in v) if isinstance(v, (list, tuple)) else na()
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
+        return na()
     if kind == "pct":
         return "none up to 100 %" if float(v) == math.inf else f"{float(v):.1f} %"
     if kind == "rate":
@@ -66,6 +67,7 @@ def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
 
 
 Col = tuple[str, str, str]   # header, column (or "ci"), kind
+_NUMERIC = frozenset({"pct", "rate", "f3", "f0", "i", "p"})
 
 
 def fold(title: str, body: str, n_rows: int, *, heading: bool = True) -> str:
@@ -93,8 +95,15 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
         for _, c, k in cols:
             if c == "ci":
                 lo, hi = r.get("ci_low"), r.get("ci_high")
-                ex = " exact" if r.get("interval_method") == "exact" else ""
-                tds.append(f"<td class=ci>[{fmt(lo, k)}, {fmt(hi, k)}]{ex}</td>")
+                if undefined(lo) and undefined(hi):   # D undefined, or no interval: say why where it is known
+                    tds.append(f"<td class=ci>{esc(na(drop_why(r)))}</td>")
+                else:
+                    ex = " exact" if r.get("interval_method") == "exact" else ""
+                    tds.append(f"<td class=ci>[{fmt(lo, k)}, {fmt(hi, k)}]{ex}</td>")
+            elif c == "relative_drop" and undefined(r.get(c)):
+                tds.append(f"<td>{esc(na(drop_why(r)))}</td>")
+            elif k in _NUMERIC and undefined(r.get(c)):
+                tds.append(f"<td>{esc(na(empty_why(r)))}</td>")
             else:
                 tds.append(f"<td{' class=l' if k in ('s', 'model') else ''}>{fmt(r.get(c), k, baselines)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")

@@ -25,6 +25,7 @@ from ..model.context import EpisodeContext, not_json
 from ..model.interfaces import Agent
 from ..model.images import EditedImages
 from ..model.limits import MAX_TRAJECTORY_CHARS, size
+from ..model.ownership import AGENT_RAISED
 from ..model.interfaces import Simulator
 from ..model.records import EpisodeRecord, Variant
 from ..model.redact import redact_data, redact_text, secrets
@@ -196,7 +197,7 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
         raise   # the loop shutting down: not the episode's outcome
     except BaseException as exc:  # noqa: BLE001 - whatever agent code raises (SystemExit, KeyboardInterrupt too)
         rec.error = f"{type(exc).__name__}: {exc}"[:500]
-        ctx.trajectory.append(harness_note("the agent raised:\n" + "".join(
+        ctx.trajectory.append(harness_note(AGENT_RAISED + "".join(
             traceback.format_exception(exc))[-8000:]))
     finally:
         ctx.cancelled = True  # a blocking agent still running in its thread stops at its next call

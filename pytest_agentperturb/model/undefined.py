@@ -1,0 +1,58 @@
+"""Undefined figures: a NaN (or a missing value) never prints as ``nan``; it reads ``n/a (why)``.
+
+The terminal summary and the HTML report format their figures through
+:func:`figure`; :func:`drop_why` says why a relative drop D (and its
+interval) is undefined for a row of the degradation table: no scored
+clean/perturbed pair, or a clean score of 0 (D divides by it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+#: D and its interval are undefined: no (clean, perturbed) pair was scored.
+NO_PAIRS = "no scored pairs"
+#: D and its interval are undefined: the clean score is 0 (no clean episode passed).
+NO_CLEAN_PASSES = "no clean passes"
+
+
+def undefined(v: Any) -> bool:
+    """None, NaN, or not a number at all."""
+    if v is None:
+        return True
+    try:
+        return math.isnan(float(v))
+    except (TypeError, ValueError):
+        return True
+
+
+def na(why: str = "") -> str:
+    """``n/a (why)``, or ``n/a`` when the reason is not known."""
+    return f"n/a ({why})" if why else "n/a"
+
+
+def figure(v: Any, spec: str, why: str = "") -> str:
+    """``v`` formatted with ``spec`` (``format(v, spec)``), or :func:`na` of ``why`` when it is undefined."""
+    return na(why) if undefined(v) else format(float(v), spec)
+
+
+def drop_why(row: Mapping[str, Any]) -> str:
+    """Why a row's relative drop is undefined: :data:`NO_PAIRS`, :data:`NO_CLEAN_PASSES`, or "" (not known)."""
+    pairs = row.get("n_pairs")
+    if pairs is not None and not undefined(pairs) and float(pairs) == 0:
+        return NO_PAIRS
+    clean = row.get("clean")
+    if clean is not None and not undefined(clean) and float(clean) == 0:
+        return NO_CLEAN_PASSES
+    return ""
+
+
+def empty_why(row: Mapping[str, Any]) -> str:
+    """Why any figure of a row is undefined when the row rests on nothing: no scored pair, or no data at all."""
+    for key, why in (("n_pairs", NO_PAIRS), ("n", "no data")):
+        n = row.get(key)
+        if n is not None and not undefined(n) and float(n) == 0:
+            return why
+    return ""
