@@ -249,12 +249,12 @@ def test_a_dense_binary_row_keeps_the_bca_interval() -> None:
         assert (d["n_boot_undefined"] == 0).all() and not d["boot_degenerate"].any()
 
 
-@pytest.mark.parametrize("tasks", [10, 25, 49])
-def test_one_repeat_on_fewer_than_50_tasks_is_exact_by_design(tasks: int) -> None:
-    """K = 1 below 50 tasks: exact whatever the outcomes (a dense row too); the point estimates are the bootstrap's."""
+@pytest.mark.parametrize("tasks", [10, 19])
+def test_one_repeat_on_fewer_than_20_tasks_is_exact_by_design(tasks: int) -> None:
+    """K = 1 below 20 tasks: exact whatever the outcomes (a dense row too); the point estimates are the bootstrap's."""
     from pytest_agentperturb.analysis.exact import DESIGN_TASKS, ratio_interval
 
-    assert DESIGN_TASKS == 50
+    assert DESIGN_TASKS == 20
     df = _run(tasks, 2, drop=0.3)
     d = drops(df, replicates=800, seed=9)
     old = drops(df, replicates=800, seed=9, method="percentile")
@@ -266,6 +266,13 @@ def test_one_repeat_on_fewer_than_50_tasks_is_exact_by_design(tasks: int) -> Non
     # continuous rewards keep the bootstrap interval at K = 1 (the exact interval is for 0/1 outcomes)
     cont = df.assign(reward=df["reward"] * 0.9 + 0.05)
     assert set(drops(normalise(cont), replicates=300, seed=9)["interval_method"]) == {"bca"}
+
+
+def test_one_repeat_on_25_tasks_keeps_bca_where_the_row_is_dense() -> None:
+    """From 20 tasks on, a dense K = 1 row keeps the (narrower) BCa interval: the main job's size."""
+    d = drops(_run(25, 2, drop=0.3), replicates=800, seed=9)
+    ov = d[(d["model"] == "m") & (d["level_kind"] == "overall")].iloc[0]
+    assert ov.interval_method == "bca"
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..model.task import CLEAN
 from .degradation import ALL_MODELS, _level_rows, _levels, drops, relative_degradation
-from .exact import EXACT, change_interval, effective_n, exact_by_design, is_sparse
+from .exact import DESIGN_TASKS_CHANGE, EXACT, change_interval, effective_n, exact_by_design, is_sparse
 from .stats import ALPHA, N_BOOTSTRAP, FloatArray, Replicates, bca_interval, bootstrap_weights, draw_sums, swap_test
 from .table import pairs, with_repeat
 
@@ -242,7 +242,7 @@ def _exact_change(binary: bool, level: float, cc: FloatArray, cp: FloatArray, cn
     """The exact interval of a level's change (:func:`~.exact.change_interval`) where the design or the data ask.
 
     Binary rewards on both sides, and either one repeat index with pairs in
-    each run and fewer than :data:`~.exact.DESIGN_TASKS` shared tasks
+    each run and fewer than :data:`~.exact.DESIGN_TASKS_CHANGE` shared tasks
     (docs/design.md section 4.1, "Exact by design"), or a sparse level as in
     the drop table (:func:`~.exact.is_sparse`: fewer than 5 clean passes in
     either run, a degenerate bootstrap ``boot`` of the change, or more than
@@ -261,7 +261,7 @@ def _exact_change(binary: bool, level: float, cc: FloatArray, cp: FloatArray, cn
     fin = np.isfinite(boot)
     degenerate = bool(fin.sum() < 2 or float(np.ptp(boot[fin])) == 0.0)
     passes = min(cur[0] * cur[1], base[0] * base[1])
-    if not (exact_by_design(reps, tasks) or is_sparse(passes, degenerate, float((~fin).sum()) / max(len(boot), 1))):
+    if not (exact_by_design(reps, tasks, DESIGN_TASKS_CHANGE) or is_sparse(passes, degenerate, float((~fin).sum()) / max(len(boot), 1))):
         return None
     lo, hi = change_interval(cur, base, level)
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
