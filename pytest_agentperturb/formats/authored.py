@@ -44,7 +44,7 @@ EDITS_FILE = "edits.toml"
 
 _SURFACE_KEYS: dict[str, str] = {"user": "user", "procedure": "procedure", "context": "context", "tool": "tools"}
 _EDIT_KEYS = frozenset({"family", "note", "user", "procedure", "context", "tools", "replace", "wrong", "inverted",
-                        "canaries", "recovery", "task"})
+                        "canaries", "recovery", "facts", "task"})
 
 
 def _str_list(path: Path | str, where: str, raw: Any) -> tuple[str, ...]:
@@ -127,6 +127,10 @@ def parse_edit(path: Path | str, index: int, raw: Any) -> AuthoredEdit:
     wrong = raw.get("wrong", {})
     if not (isinstance(wrong, dict) and all(isinstance(v, str) and v for v in wrong.values())):
         raise TaskFormatError(path, f"{where}.wrong", "a table fact id = wrong value (strings)", repr(wrong)[:120])
+    facts = raw.get("facts", {})
+    if not (isinstance(facts, dict) and all(isinstance(v, str) and v for v in facts.values())):
+        raise TaskFormatError(path, f"{where}.facts", "a table fact id = value the clean surface states (strings)",
+                              repr(facts)[:120])
     if not isinstance(raw.get("note", ""), str):
         raise TaskFormatError(path, f"{where}.note", "a string", repr(raw["note"])[:80])
     edit = AuthoredEdit(
@@ -134,7 +138,7 @@ def parse_edit(path: Path | str, index: int, raw: Any) -> AuthoredEdit:
         inverted=_str_list(path, f"{where}.inverted", raw.get("inverted", [])),
         canaries=_str_list(path, f"{where}.canaries", raw.get("canaries", [])),
         recovery=_str_list(path, f"{where}.recovery", raw.get("recovery", [])),
-        **kw)
+        facts=dict(facts), **kw)
     if typ == "incorrect" and target != "tool" and not (edit.wrong or edit.inverted):
         raise TaskFormatError(path, where, "wrong = {fact = value} or inverted = [fact] for an incorrect edit",
                               "neither", "say which fact the edit corrupts: it is the canary")

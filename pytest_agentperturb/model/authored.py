@@ -74,6 +74,11 @@ class AuthoredEdit:
             (using one means the agent took the clutter up).
         recovery: facts the user simulator hands back on request, besides
             those the edit leaves unstated (found by reading the surfaces).
+        facts: facts the edit declares (id -> the value the clean surface
+            states), for an adapter whose own facts are only the gold actions'
+            values: a policy rule's figure that no gold argument holds.  The
+            adapter adds each to the task (read where the clean surface states
+            it, :func:`~..formats.tau2_scenario.declared_facts`).
     """
 
     family: str
@@ -88,6 +93,7 @@ class AuthoredEdit:
     inverted: tuple[str, ...] = ()
     canaries: tuple[str, ...] = ()
     recovery: tuple[str, ...] = ()
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
