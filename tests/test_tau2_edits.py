@@ -77,3 +77,25 @@ def test_verify_applies_the_shipped_edits_and_replays_the_oracle(tmp_path: Path)
          "--require-authored"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "authored edits 3, not applicable 1" in proc.stdout and "0 breach(es)" in proc.stdout, proc.stdout
+
+
+def test_a_held_fact_the_user_no_longer_knows_is_found_in_a_tool_result_or_the_edit_is_refused(tmp_path: Path) -> None:
+    drop = '''
+[[edit]]
+task = "{task}"
+family = "user-missing"
+held_drop = ["{fact}"]
+'''
+    d = _domain_with(tmp_path, drop.format(task="airline-t008", fact="first_name"))
+    task = d.make_task("airline-t008")
+    v = make_engine().make_variant(task, "user-missing", 0)  # validated: the oracle replay passed
+    assert v.surfaces == task.surfaces and "first_name" in task.held and "first_name" not in v.recovery
+    assert [(c.kind, c.text) for c in v.canaries] == [("omitted", "Sophia")]  # get_user_details shows it
+    (tmp_path / "b").mkdir()
+    d = _domain_with(tmp_path / "b", drop.format(task="airline-t003", fact="reservation_id"))
+    with pytest.raises(VariantSkipped, match="rule 3: the gold actions differ"):
+        make_engine().make_variant(d.make_task("airline-t003"), "user-missing", 0)  # the first gold call needs it
+    (tmp_path / "c").mkdir()
+    d = _domain_with(tmp_path / "c", drop.format(task="airline-t003", fact="user"))
+    with pytest.raises(VariantSkipped, match="unknown fact 'user'"):
+        make_engine().make_variant(d.make_task("airline-t003"), "user-missing", 0)
