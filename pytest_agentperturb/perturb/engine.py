@@ -177,7 +177,8 @@ def _gold_actions(trajectory: Trajectory, variant: Variant | None = None) -> lis
 
 
 def variant_of(task: Task, family: str, operator: str, seed: int, edit: Edit) -> Variant:
-    """The (unchecked) variant an operator's edit makes of ``task``; the recovery annotation adds ``task.held``."""
+    """The (unchecked) variant an operator's edit makes of ``task``; the recovery annotation adds ``task.held``
+    (less the facts the edit says the user no longer knows, ``Edit.unheld``)."""
     v = Variant(task=task.key, family=family, operator=operator, seed=seed,
                 surfaces=edit.surfaces.share_renders(task.surfaces), canaries=edit.canaries,
                 recovery=tuple(dict.fromkeys((*edit.recovery, *(h for h in task.held if h not in edit.unheld)))),
