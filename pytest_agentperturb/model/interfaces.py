@@ -171,6 +171,9 @@ class Edit:
         note: one line for the report (what was changed).
         injections: instructions planted into tool outputs (inserted objects).
         image_edits: edits of image observations (inserted objects in images).
+        unheld: facts the user holds (``Task.held``) that the user no longer
+            knows on this instance (a user-missing edit of what the user
+            knows): left out of the variant's recovery annotation.
 
     Example:
         >>> from dataclasses import replace
@@ -188,6 +191,7 @@ class Edit:
     note: str = ""
     injections: tuple[Injection, ...] = ()
     image_edits: tuple[ImageEdit, ...] = ()
+    unheld: tuple[str, ...] = ()
 
 
 @runtime_checkable

@@ -11,7 +11,9 @@ into an :class:`Edit` the engine checks like every variant:
   ``missing``: every fact no surface states any more is an ``omitted``
   canary and recoverable from the user (found by reading the new
   surfaces, as for the rule operators), a removed tool or argument is an
-  ``omitted`` canary; ``redundant``: the phrases the author named (a
+  ``omitted`` canary, a held fact the user no longer knows (``held_drop``)
+  an ``omitted`` canary the user does not give back (``Edit.unheld``);
+  ``redundant``: the phrases the author named (a
   ``text`` canary each), an added tool's name (a ``tool`` canary);
   ``incorrect``: each wrong value (a ``value`` canary, its fact
   recoverable), each inverted rule's true value (an ``inverted`` canary), a
@@ -107,13 +109,19 @@ class AuthoredOperator:
         e = self.edit
         target, typ = family_parts(e.family)
         known = {f.id for f in task.facts}
-        unknown = [f for f in (*e.wrong, *e.inverted, *e.recovery) if f not in known]
+        unknown = [f for f in (*e.wrong, *e.inverted, *e.recovery, *e.held_drop) if f not in known]
         if unknown:
             raise VariantSkipped(f"{e.source}: names unknown fact {unknown[0]!r} (the task declares "
                                  f"{', '.join(sorted(known)) or 'none'})")
+        not_held = [f for f in e.held_drop if f not in task.held]
+        if not_held:
+            raise VariantSkipped(f"{e.source}: held_drop names {not_held[0]!r}, which the user does not hold "
+                                 f"(held: {', '.join(task.held) or 'none'})")
         canaries: list[Canary] = []
         s = task.surfaces
-        if e.replace:
+        if e.held_drop and not e.replace and e.user is None:
+            new = s  # only what the user knows changes
+        elif e.replace:
             text = s.render(target)
             for old, new_text in e.replace:
                 if text.count(old) != 1:
@@ -132,12 +140,12 @@ class AuthoredOperator:
             new = replace(s, tools=tuple(tools))
         recovery = list(e.recovery)
         if typ == "missing" and target != "tool":
-            gone = omitted_after(task, new)
+            gone = omitted_after(task, new) + [task.fact(f) for f in e.held_drop]
             if not gone:
                 raise VariantSkipped(f"{e.source}: every fact is still stated: the edit removes nothing "
                                      "the solution needs")
             canaries += [Canary("omitted", f.value, f.id) for f in gone]
-            recovery += [f.id for f in gone]
+            recovery += [f.id for f in gone if f.id not in e.held_drop]
         texts = new.texts()
         for fid, value in e.wrong.items():
             if value not in {v for _, v in task.fact(fid).find(texts)}:
@@ -155,7 +163,7 @@ class AuthoredOperator:
                                      "(in the new surface, not in the clean one)")
             canaries.append(Canary("text", c))
         return Edit(new, tuple(canaries), recovery=tuple(dict.fromkeys(recovery)),
-                    note=e.note or f"authored {e.family} edit")
+                    note=e.note or f"authored {e.family} edit", unheld=e.held_drop)
 
 
 def authored_operators(task: Task, family: str) -> list[AuthoredOperator]:

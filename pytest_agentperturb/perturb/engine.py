@@ -149,6 +149,8 @@ def structural_problems(task: Task, variant: Variant) -> list[str]:
                      for i in variant.injections if i.tool not in known]
         problems += [f"rule 1: image edit of {e.tool!r} results, which the task does not expose"
                      for e in variant.image_edits if e.tool not in known]
+    elif changed == [] and target == "user" and set(task.held) - set(variant.recovery):
+        pass  # a user-missing edit of what the user holds: the user's knowledge is the changed surface
     elif changed != [target]:
         problems.append(f"rule 1: expected only the {target} surface to differ, found {changed or 'none'}")
     elif variant.surfaces.render(target).strip() in ("", "[]"):
@@ -175,10 +177,11 @@ def _gold_actions(trajectory: Trajectory, variant: Variant | None = None) -> lis
 
 
 def variant_of(task: Task, family: str, operator: str, seed: int, edit: Edit) -> Variant:
-    """The (unchecked) variant an operator's edit makes of ``task``; the recovery annotation adds ``task.held``."""
+    """The (unchecked) variant an operator's edit makes of ``task``; the recovery annotation adds ``task.held``
+    (less the facts the edit says the user no longer knows, ``Edit.unheld``)."""
     v = Variant(task=task.key, family=family, operator=operator, seed=seed,
                 surfaces=edit.surfaces.share_renders(task.surfaces), canaries=edit.canaries,
-                recovery=tuple(dict.fromkeys((*edit.recovery, *task.held))),
+                recovery=tuple(dict.fromkeys((*edit.recovery, *(h for h in task.held if h not in edit.unheld)))),
                 note=edit.note, injections=edit.injections, image_edits=edit.image_edits)
     return replace(v, diff=surface_diff(task, family_parts(family)[0], edit.surfaces))
 
