@@ -45,7 +45,12 @@ def test_every_row_shape_derives_from_the_record_schema() -> None:
     assert sorted(c for names in KINDS.values() for c in names) == sorted(STORE_COLUMNS)
     rec = _rec(trajectory=[final_answer("done")])
     row = report_row(rec, None, reused=False, reproduce="pytest x")
-    assert set(row) == {*REPORTED, "reused", "reproduce"} and "trajectory" not in row
+    # a failed episode's row also carries its reproduce line and the grader checks that failed (its line names them)
+    assert set(row) == {*REPORTED, "reused", "reproduce", "checks"} and "trajectory" not in row
+    passed = report_row(_rec(reward=1.0, success=True), None, reused=False, reproduce="pytest x")
+    assert set(passed) == {*REPORTED, "reused"}
+    errored = report_row(_rec(success=None, error="RuntimeError: boom"), None, reused=False, reproduce="pytest x")
+    assert set(errored) == {*REPORTED, "reused", "error_kind"}
     sent = episode_row(rec, "d" * 8, None)
     assert set(sent) == {*STORE_COLUMNS, "variant_digest", "diff", "canaries"}
 
