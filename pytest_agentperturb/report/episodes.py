@@ -46,7 +46,7 @@ table{display:block;overflow-x:auto;max-width:100%}svg{max-width:100%;height:aut
 body{overflow-wrap:break-word}code{overflow-wrap:anywhere}details.fold{margin:.4em 0}
 details.fold>summary{cursor:pointer;padding:.15em 0}details.fold[open]>summary{margin-bottom:.3em}
 table.failures th.l{background:#eef2f7}table.failures td.l{max-width:34em}
-@media (max-width:900px){body{margin:.5em .6em}td,th{padding:.1em .2em;font-size:11px}td.ci{font-size:10.5px}td.l{overflow-wrap:anywhere}}
+@media (max-width:900px){body{margin:.5em .6em}td,th{padding:.1em .2em;font-size:11px}td.ci{font-size:10.5px}}
 @media (max-width:640px){.pair{grid-template-columns:minmax(0,1fr)}.pair>.clean{position:static;max-height:none}}
 """
 
