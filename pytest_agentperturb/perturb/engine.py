@@ -140,6 +140,9 @@ def structural_problems(task: Task, variant: Variant) -> list[str]:
     problems = []
     target = variant.target
     changed = [t for t in TARGETS if task.surfaces.render(t) != variant.surfaces.render(t)]
+    # what the user holds is part of the user surface: a fact it no longer gives back changes that surface
+    if target == "user" and not changed and set(task.held) - set(variant.recovery):
+        changed = ["user"]
     if variant.injections or variant.image_edits:
         if changed:
             problems.append("rule 1: an injection or image edit must leave every surface unchanged, "
@@ -149,8 +152,6 @@ def structural_problems(task: Task, variant: Variant) -> list[str]:
                      for i in variant.injections if i.tool not in known]
         problems += [f"rule 1: image edit of {e.tool!r} results, which the task does not expose"
                      for e in variant.image_edits if e.tool not in known]
-    elif changed == [] and target == "user" and set(task.held) - set(variant.recovery):
-        pass  # a user-missing edit of what the user holds: the user's knowledge is the changed surface
     elif changed != [target]:
         problems.append(f"rule 1: expected only the {target} surface to differ, found {changed or 'none'}")
     elif variant.surfaces.render(target).strip() in ("", "[]"):
