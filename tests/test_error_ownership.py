@@ -49,8 +49,13 @@ def _store(pytester: pytest.Pytester) -> list[tuple[str, str]]:
         return db.execute("SELECT error, trajectory FROM episodes WHERE error != ''").fetchall()
 
 
-def test_a_crashing_agent_is_an_agent_error_with_its_own_frames_shown_once(pytester: pytest.Pytester,
-                                                                          suite: Path) -> None:
+@pytest.mark.parametrize("ci", ["", "true"], ids=["terminal", "on-CI"])
+def test_a_crashing_agent_is_an_agent_error_with_its_own_frames_shown_once(pytester: pytest.Pytester, suite: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          ci: str) -> None:
+    # on CI (CI or BUILD_NUMBER set) pytest writes a failure's whole message on its short-summary line
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
     pytester.makepyfile(myagent=AGENT_CODE)
     result = pytester.runpytest(*ARGS, "--agentperturb-agent", "myagent.py:crashes")
     result.assert_outcomes(errors=1)
@@ -64,6 +69,8 @@ def test_a_crashing_agent_is_an_agent_error_with_its_own_frames_shown_once(pytes
     ])
     out = result.stdout.str()
     assert out.count("in helper: raise RuntimeError") == 1, out   # shown once
+    # the short summary names the error by its heading alone
+    result.stdout.fnmatch_lines(["ERROR */book-offsite::clean* - agent error*"])   # cut to the width off CI
     assert "pytest_agentperturb/" not in out and "Traceback" not in out, out   # none of the harness's frames
     assert "not an agent failure" not in out and "infrastructure" not in out, out
     assert "errors: 1 (excluded from every aggregate) [agent 1]," in out, out   # counted by owner

@@ -313,6 +313,7 @@ class PerturbItem(pytest.Item):
         self.reused = False
         self.variant: Variant | None = None
         self.skip_reason = ""
+        self.error_message = ""  # the text of the episode's error, as the setup raised it
         self.digest = ""
         self.seed = item_seed(plan.variant_seed, task.key, family)
         self.episode_seed = episode_seed(plan.seed, task.key, family, repeat)
@@ -332,8 +333,8 @@ class PerturbItem(pytest.Item):
         """
         self.runner.run_item(self)
         if self.record is not None and self.record.error:
-            pytest.fail(f"{error_text(self.record.error, self.record.trajectory)}\n{self.reproduce_line()}",
-                        pytrace=False)
+            self.error_message = f"{error_text(self.record.error, self.record.trajectory)}\n{self.reproduce_line()}"
+            pytest.fail(self.error_message, pytrace=False)
 
     def runtest(self) -> None:
         """The verdict is reported, not raised, unless strict mode asks for it."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _pytest._code.code import ExceptionChainRepr, ReprEntryNative, ReprFileLocation, ReprTraceback
 
 from .collect import InvalidTask, PerturbItem
 from .distribute import Controller, episode_row
@@ -85,11 +86,13 @@ class ReportHooks:
                         if p not in item.user_properties:
                             item.user_properties.append(p)
                     report.user_properties = list(item.user_properties)
+                if report.when == "setup" and report.failed and item.record.error:
+                    report.longrepr = headed(item, item.error_message or report.longreprtext)
                 if report.when == "call" and report.passed and item.record.success is False \
                         and not self.agent_failures_pass:
                     # a failure every JUnit consumer and pytest-html shows, not a pytest failure (finish.py)
                     report.outcome = "failed"
-                    report.longrepr = agent_failure_text(item.record, reproduce)
+                    report.longrepr = headed(item, agent_failure_text(item.record, reproduce))
                     setattr(report, AGENT_FAILED_ATTR, True)
                 elif report.passed:
                     report.sections.append(("agentperturb", reproduce))  # a failure's text holds it: once
@@ -160,6 +163,19 @@ class ReportHooks:
 def failed_checks(rec: EpisodeRecord) -> list[str]:
     """The grader's checks that failed, in the grader's order (none when it named none)."""
     return trajectory_failed_checks(rec.trajectory)
+
+
+def headed(item: pytest.Item, text: str) -> ExceptionChainRepr:
+    """A failure's text as pytest shows it in full, its first line alone in the short summary.
+
+    pytest puts a failure's whole message on its short-summary line when it
+    runs on CI (``CI`` or ``BUILD_NUMBER`` set), so an agent's frames would
+    show twice; the summary's message is the heading, the section the text.
+    It is an exception repr that xdist carries from a worker as it is.
+    """
+    entry = ReprEntryNative([text.rstrip("\n") + "\n"])
+    crash = ReprFileLocation(str(item.path), 0, text.split("\n", 1)[0])
+    return ExceptionChainRepr([(ReprTraceback([entry], None, "native"), crash, None)])
 
 
 def agent_failure_text(rec: EpisodeRecord, reproduce: str) -> str:
