@@ -418,3 +418,35 @@ def test_user_model_from_the_ini_file_plays_the_user_in_a_session(
     assert turn["simulator"] == "openai/fake-user" and turn["usage"]["input_tokens"] == 60
     assert rec.reward == 1.0 and rec.input_tokens != 60
     assert srv.requests and {r["model"] for r in srv.requests} == {"fake-user"}  # reference agents send no request
+
+
+def test_a_tasks_matcher_is_built_once_when_two_threads_ask_its_first_question_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the variant's oracle check and an episode of the same task ask their first questions at the same moment
+    import threading
+
+    from pytest_agentperturb.simulator import matching
+
+    built: list[object] = []
+
+    class Slow(matching.Matcher):
+        def __init__(self, task: Task) -> None:
+            built.append(self)
+            threading.Event().wait(0.1)   # a build takes milliseconds: long enough for the other thread to ask
+            super().__init__(task)
+
+    monkeypatch.setattr(matching, "Matcher", Slow)
+    task = replace(TASKS["book-offsite"])   # a task object no earlier test built a matcher for
+    start = threading.Barrier(2)
+    got: list[object] = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(matching.matcher_of(task))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1 and got[0] is got[1] is built[0]

@@ -47,6 +47,7 @@ read the same way in the context of the whole, so "What date and what time
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 from collections.abc import Sequence
 
@@ -75,6 +76,7 @@ def states(value: str, text: str) -> bool:
 
 
 _MATCHERS: dict[int, tuple[weakref.ref[Task], Matcher]] = {}
+_BUILDING = threading.Lock()
 
 
 def matcher_of(task: Task) -> Matcher:
@@ -87,10 +89,26 @@ def matcher_of(task: Task) -> Matcher:
     hit = _MATCHERS.get(id(task))
     if hit is not None and hit[0]() is task:
         return hit[1]
-    matcher = Matcher(task)
-    _MATCHERS[id(task)] = (weakref.ref(task), matcher)
-    weakref.finalize(task, _MATCHERS.pop, id(task), None)
-    return matcher
+    with _BUILDING:   # the oracle's check and an episode ask a task's first question at once: one builds
+        hit = _MATCHERS.get(id(task))
+        if hit is not None and hit[0]() is task:
+            return hit[1]
+        matcher = Matcher(task)
+        ref = weakref.ref(task)
+        _MATCHERS[id(task)] = (ref, matcher)
+        weakref.finalize(task, _forget, id(task), ref)
+        return matcher
+
+
+def _forget(key: int, ref: weakref.ref[Task]) -> None:
+    """Drop a dead task's matcher, not a live task's that took its id.
+
+    A task in a reference cycle is finalized only when the collector runs,
+    which can be after a new task got the same id and its own matcher.
+    """
+    hit = _MATCHERS.get(key)
+    if hit is not None and hit[0] is ref:
+        del _MATCHERS[key]
 
 
 class Matcher:
