@@ -299,6 +299,11 @@ class CarefulAgent:
             await self._ask_tool(ctx, step.tool, asked)
             obs = self._call(ctx, step, fill(dict(step.args), values), layers, asked)
             observations.append(obs)
+        await self._answer(ctx, values, observations, layers, asked)
+
+    async def _answer(self, ctx: EpisodeContext, values: dict[str, str], observations: list[str],
+                      layers: list[tuple[str, str]], asked: dict[str, str]) -> None:
+        """Resolve what the answer still needs, verify the end state, and finish with the answer."""
         for fid in _ordered_facts((), ctx.task.answer):
             if fid not in values:
                 values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations, layers)
@@ -416,11 +421,4 @@ class NoisyAgent(CarefulAgent):
                 continue  # the slip: this call is never made
             await self._ask_tool(ctx, step.tool, asked)
             observations.append(self._call(ctx, step, fill(dict(step.args), values), layers, asked))
-        for fid in _ordered_facts((), ctx.task.answer):
-            if fid not in values:
-                values[fid] = await self._resolve(ctx, ctx.task.fact(fid), observations, layers)
-        if ctx.task.solution:  # verify the end state, as careful
-            first = ctx.task.solution[0]
-            self._call(ctx, first, fill(dict(first.args), values), layers, asked)
-        ctx.model_turn(ctx.task.answer)
-        ctx.finish(fill(ctx.task.answer, values))
+        await self._answer(ctx, values, observations, layers, asked)   # as careful

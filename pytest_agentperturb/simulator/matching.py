@@ -86,13 +86,15 @@ def matcher_of(task: Task) -> Matcher:
     building one costs milliseconds, more than the rest of an episode's
     bookkeeping, so no episode builds its own.
     """
-    hit = _MATCHERS.get(id(task))
-    if hit is not None and hit[0]() is task:
-        return hit[1]
-    with _BUILDING:   # the oracle's check and an episode ask a task's first question at once: one builds
+    def cached() -> Matcher | None:
         hit = _MATCHERS.get(id(task))
-        if hit is not None and hit[0]() is task:
-            return hit[1]
+        return hit[1] if hit is not None and hit[0]() is task else None
+
+    if (ready := cached()) is not None:
+        return ready
+    with _BUILDING:   # the oracle's check and an episode ask a task's first question at once: one builds
+        if (ready := cached()) is not None:
+            return ready
         matcher = Matcher(task)
         ref = weakref.ref(task)
         _MATCHERS[id(task)] = (ref, matcher)
