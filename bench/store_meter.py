@@ -3,10 +3,11 @@
 Loaded into the benchmark's pytest runs as a plugin (``-p store_meter``, this
 folder on ``PYTHONPATH``): with ``AGENTPERTURB_BENCH_STORE_METER`` naming a
 file, it wraps the store's writing methods (``put``, ``put_row``,
-``put_variant``, ``flush``, the flush timer's callback, ``close``; those a
+``put_variant``, ``flush`` (the store's writer thread calls it), the flush timer's callback of older
+checkouts, ``close``; those a
 checkout lacks are left alone, so an older checkout is measured the same way)
 and adds up the wall and CPU seconds (the calling thread's) spent in their outermost calls, on every thread
-(the batch timer's thread too, which cProfile would not see), and the wall
+(the store's writer thread, or an older checkout's batch timer, too, which cProfile would not see), and the wall
 seconds of the test loop (``pytest_runtestloop``: the episode phase).  At
 the end of the session it writes both, and the number of calls, there.
 """

@@ -3,18 +3,21 @@
 One process writes it: the pytest process that ran the episodes, or,
 under xdist, the controller as each item's report arrives (workers, perhaps
 on other hosts, never open it).  It is opened in WAL mode with a generous
-busy timeout.  Episodes are committed in groups, one transaction per batch:
-:meth:`Store.put` buffers a row and commits what is buffered once
-:data:`BATCH_ROWS` rows are pending, and a timer commits them
+busy timeout.  Episodes are committed in groups, one transaction per batch,
+by a writer thread of the store's own: :meth:`Store.put` serialises the row
+and buffers it (pytest's thread never waits for SQLite), and the writer
+commits what is buffered once :data:`BATCH_ROWS` rows are pending or
 :data:`BATCH_SECONDS` after the first of them was buffered, whichever comes
 first; every read of this connection, and :meth:`Store.close`, commits what
 is buffered first (:meth:`Store.get`, resume's look-up per item, looks in the
 buffer instead).  A run killed mid-way (SIGKILL: nothing can run) therefore
 loses the episodes in flight plus at most the episodes finished in the last
 ``BATCH_SECONDS`` (fewer than ``BATCH_ROWS`` of them); ``--agentperturb-resume``
-reruns exactly those.  A batch that cannot be written stays buffered and
+reruns exactly those.  A batch that cannot be written stays buffered; from
+then on each put that finds a batch due commits it on its own thread, and
 raises a :class:`~..model.errors.StoreError` saying how many episodes it
-holds.  Rows are keyed by
+holds, until a write succeeds again (:meth:`Store.close` raises it too).
+Rows are keyed by
 the :class:`~..model.keys.EpisodeKey` (run_id, model, suite, task, family, seed, repeat): writing the same episode
 again replaces it, never duplicates it.  ``variant_digest`` guards resume: a row is
 reused only if the variant it was run on is byte-identical to today's.
@@ -68,7 +71,13 @@ BATCH_SECONDS = 0.5
 _INSERT_EPISODE = f"INSERT OR REPLACE INTO episodes ({', '.join(_STORED)}) VALUES ({', '.join('?' * len(_STORED))})"
 
 
-_Described = tuple[str, str, str, list[Any]]  # a variant's family, operator, diff and canaries
+#: A variant as its row describes it (family, operator, diff, canaries), or the variant, described when written.
+_Described = tuple[str, str, str, list[Any]] | Variant
+_Buffered = tuple[EpisodeRecord, float, str, _Described | None]  # record, when it was put, digest, its variant
+
+
+def _describe(variant: Variant) -> tuple[str, str, str, list[Any]]:
+    return variant.family, variant.operator, variant.edit_text, [asdict(c) for c in variant.canaries]
 
 
 def _episodes_ddl(table: str) -> str:
@@ -98,15 +107,18 @@ class Store:
         self.readonly = readonly
         self._have: set[str] = set()
         self._variants_written: set[str] = set()  # digests this connection already wrote to ``variants``
-        # the batch not yet committed: episode key -> (record, row values, digest, variant described or None)
-        self._pending: dict[tuple[Any, ...], tuple[EpisodeRecord, list[Any], str, _Described | None]] = {}
+        # the batch not yet committed: episode key -> (record, when it was put, digest, variant described or None)
+        self._pending: dict[tuple[Any, ...], _Buffered] = {}
         self._pending_variants: dict[str, _Described] = {}  # put_variant's rows not yet committed
         self._raised: set[tuple[Any, ...]] = set()  # buffered episodes whose own put raised (their item's ERROR)
         self._oldest = 0.0  # monotonic time the batch's first row was buffered
-        self._writing: dict[tuple[Any, ...], tuple[EpisodeRecord, list[Any], str, _Described | None]] = {}
+        self._writing: dict[tuple[Any, ...], _Buffered] = {}
         self._lock = threading.Lock()  # the buffer (see "the batch" below)
-        self._conn_lock = threading.RLock()  # the connection, shared with the flush timer's thread
-        self._timer: threading.Timer | None = None
+        self._wake = threading.Condition(self._lock)  # the writer waits on it for a batch to be due
+        self._conn_lock = threading.RLock()  # the connection, shared with the writer's thread
+        self._writer: threading.Thread | None = None  # started with the first buffered row
+        self._closing = False
+        self._failed = False  # the writer's last batch failed: due batches are committed by put (which raises)
         try:
             if readonly:
                 self._conn = _connect_readonly(self.path)
@@ -119,7 +131,7 @@ class Store:
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
-                                             check_same_thread=False)  # the timer's flush: under ``_conn_lock``
+                                             check_same_thread=False)  # the writer's flush: under ``_conn_lock``
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute("PRAGMA busy_timeout=60000")
@@ -180,11 +192,10 @@ class Store:
         Raises:
             StoreError: when the buffered episodes cannot be written (they are lost; the message counts them).
         """
+        self._stop_writer()
         try:
             self.flush()
         finally:
-            with self._lock:
-                self._cancel_timer()
             with self._conn_lock:
                 try:  # in WAL mode its last write to the file: a full disk fails here too
                     self._conn.close()
@@ -194,8 +205,8 @@ class Store:
 
     # -- the batch ----------------------------------------------------------------
     # Two locks: ``_lock`` guards the buffer (held for moments: pytest's thread never waits for a write behind
-    # it), ``_conn_lock`` the connection (held through a batch's transaction).  Never take ``_conn_lock`` while
-    # holding ``_lock``.
+    # it), ``_conn_lock`` the connection (held through a batch's transaction, by the writer's thread or by a
+    # read).  Never take ``_conn_lock`` while holding ``_lock``.
     def pending(self) -> int:
         """Episodes buffered and not yet committed (a batch being written counts until it is)."""
         with self._lock:
@@ -217,7 +228,7 @@ class Store:
                 self._pending_variants.clear()
             try:
                 self._put(list(taken.values()), variants)
-            except sqlite3.Error as exc:
+            except Exception as exc:  # a StoreError below; a row that would not serialise (a bug) as it is
                 with self._lock:  # back into the buffer, behind any newer row of the same key
                     for k, v in taken.items():
                         self._pending.setdefault(k, v)
@@ -227,47 +238,62 @@ class Store:
                     self._writing = {}
                     unreported = len(self._pending.keys() - self._raised)
                     n = len(self._pending)
+                if not isinstance(exc, sqlite3.Error):
+                    raise
                 what = f"{n} buffered episode(s)" if n else f"{len(variants)} buffered variant(s)"
                 raise StoreError(f"{self.path}: cannot record {what} ({exc}); fix: {_fix(exc)}",
                                  unreported=unreported) from None
             with self._lock:
                 self._writing = {}
+                self._failed = False
                 self._raised -= taken.keys()
                 self._variants_written.update(variants)
                 self._variants_written.update(d for _, _, d, described in taken.values() if d and described is not None)
 
     def _due(self) -> bool:
-        """Under ``_lock``, a row just buffered: whether the batch is due (full or old); else arm the timer."""
-        if len(self._pending) >= BATCH_ROWS or time.monotonic() - self._oldest >= BATCH_SECONDS:
-            return True
-        if self._timer is None:
-            self._arm(BATCH_SECONDS)
+        """Under ``_lock``: whether the buffered batch is due (full, or its first row old enough)."""
+        return bool(self._pending or self._pending_variants) and (
+            len(self._pending) >= BATCH_ROWS or time.monotonic() - self._oldest >= BATCH_SECONDS)
+
+    def _buffered(self) -> bool:
+        """Under ``_lock``, a row just buffered: whether the caller commits the batch itself.
+
+        It does only when the batch is due and the writer's last write failed
+        (then the error is the caller's item's to report); otherwise the
+        writer is woken (started with the first row) and pytest's thread goes on.
+        """
+        if self._failed or self._closing:
+            return self._due()
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_loop, name="agentperturb-store-writer", daemon=True)
+            self._writer.start()
+        if len(self._pending) + len(self._pending_variants) == 1 or len(self._pending) >= BATCH_ROWS:
+            self._wake.notify()  # a new batch (the writer learns its deadline), or a full one; else it sleeps on
         return False
 
-    def _arm(self, seconds: float) -> None:
-        self._timer = threading.Timer(seconds, self._on_timer)
-        self._timer.daemon = True
-        self._timer.start()
+    def _write_loop(self) -> None:
+        """The writer's thread: commit each batch when it is due, until :meth:`close` (a failure stays buffered)."""
+        while True:
+            with self._lock:
+                while not self._closing and (self._failed or not self._due()):
+                    wait = None if self._failed or not (self._pending or self._pending_variants) \
+                        else max(0.0, BATCH_SECONDS - (time.monotonic() - self._oldest))
+                    self._wake.wait(wait)
+                if self._closing:
+                    return
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - a StoreError, or a row that would not serialise (a bug)
+                with self._lock:  # either way the next put whose batch is due writes it, and raises for its item
+                    self._failed = True
 
-    def _on_timer(self) -> None:
-        """The timer's thread: commit the batch (a failure leaves it buffered for the next put or close to raise)."""
+    def _stop_writer(self) -> None:
         with self._lock:
-            self._timer = None
-            if not self._pending and not self._pending_variants:
-                return
-            young = BATCH_SECONDS - (time.monotonic() - self._oldest)
-            if young > 0:  # a batch begun after the one this timer was armed for (that one was committed when full)
-                self._arm(young)
-                return
-        try:
-            self.flush()
-        except StoreError:
-            pass
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+            self._closing = True
+            self._wake.notify()
+            writer, self._writer = self._writer, None
+        if writer is not None and writer is not threading.current_thread():
+            writer.join()
 
     def _start_batch(self) -> None:
         if not self._pending and not self._pending_variants:
@@ -283,14 +309,14 @@ class Store:
             raise StoreError(f"{self.path}: cannot record the run ({exc}); fix: {_fix(exc)}") from None
 
     def put(self, rec: EpisodeRecord, variant_digest: str = "", variant: Variant | None = None) -> None:
-        """Insert or replace one episode, committed at once (with its variant's diff and canaries).
+        """Insert or replace one episode (with its variant's diff and canaries), committed with its batch.
 
         Raises:
-            StoreError: naming the file, when SQLite cannot write (disk full, locked, read-only).
+            StoreError: naming the file, when the writer could not commit an earlier batch and this one,
+                due now, cannot be written either (disk full, locked, read-only).
         """
-        described = None if variant is None or variant_digest in self._variants_written \
-            else (variant.family, variant.operator, variant.edit_text, [asdict(c) for c in variant.canaries])
-        self._put_safely(rec, variant_digest, described)  # (a variant already written is not described again)
+        described = None if variant_digest in self._variants_written else variant  # (described by the writer)
+        self._put_safely(rec, variant_digest, described)
 
     def put_row(self, row: dict[str, Any]) -> None:
         """Insert or replace one episode given as a row: the inverse of :meth:`rows`.
@@ -311,14 +337,16 @@ class Store:
         self._put_safely(rec, digest, (rec.family, rec.operator, str(row.get("diff") or ""), list(canaries)))
 
     def _put_safely(self, rec: EpisodeRecord, variant_digest: str, described: _Described | None) -> None:
-        """Buffer one episode (replacing a buffered one of its key); commit the batch when it is due."""
-        row = rec.to_row()
-        vals = [row[c] for c in STORE_COLUMNS] + [variant_digest, time.time()]
+        """Buffer one episode (replacing a buffered one of its key); the writer serialises and commits it.
+
+        The record is not copied: nothing changes a record once it is put (its trajectory is the episode's
+        own JSON-safe copy, ``run.episode``).
+        """
         key = tuple(rec.key)
         with self._lock:
             self._start_batch()
-            self._pending[key] = (rec, vals, variant_digest, described)
-            due = self._due()
+            self._pending[key] = (rec, time.time(), variant_digest, described)
+            due = self._buffered()
         if due:
             try:
                 self.flush()
@@ -327,11 +355,11 @@ class Store:
                     self._raised.add(key)  # its item reports the error; the row stays buffered for the next try
                 raise
 
-    def _put(self, batch: list[tuple[EpisodeRecord, list[Any], str, _Described | None]],
-             variants: dict[str, _Described]) -> None:
+    def _put(self, batch: list[_Buffered], variants: dict[str, _Described]) -> None:
         """One transaction: the batch's episodes, and their variants (family, operator, diff, canaries) if new."""
+        rows = [[*rec.to_row().values(), digest, at] for rec, at, digest, _ in batch]  # in STORE_COLUMNS order
         with self._tx():
-            self._conn.executemany(_INSERT_EPISODE, [vals for _, vals, _, _ in batch])
+            self._conn.executemany(_INSERT_EPISODE, rows)
             new = dict(variants)
             for _, _, digest, described in batch:
                 if described is not None and digest:
@@ -350,17 +378,16 @@ class Store:
         """
         if variant_digest in self._variants_written or variant_digest in self._pending_variants:
             return
-        described = (variant.family, variant.operator, variant.edit_text, [asdict(c) for c in variant.canaries])
         with self._lock:
             self._start_batch()
-            self._pending_variants[variant_digest] = described
-            due = self._due()
+            self._pending_variants[variant_digest] = variant  # described by the writer
+            due = self._buffered()
         if due:
             self.flush()
 
-    def _put_variant(self, variant_digest: str, described: tuple[str, str, str, list[Any]]) -> None:
+    def _put_variant(self, variant_digest: str, described: _Described) -> None:
         """Write a variant's row (family, operator, diff, canaries) unless one exists; inside a transaction."""
-        family, operator, diff, canaries = described
+        family, operator, diff, canaries = _describe(described) if isinstance(described, Variant) else described
         text = json.dumps(canaries, ensure_ascii=False, sort_keys=True)
         self._conn.execute("INSERT OR IGNORE INTO variants VALUES (?, ?, ?, ?, ?)",
                            (variant_digest, family, operator, diff, text))
