@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from browser import browse, chromium  # noqa: F401 - the fixture
 from task_files import run_fast
 
 run = run_fast
@@ -122,3 +123,20 @@ def test_pytest_html_has_an_agent_failed_category(pytester: pytest.Pytester, sui
     assert 'data-test-result="agent-failed"' in page
     assert re.search(rf"{_outcomes(r)['agent-failed']} Agent failed", re.sub(r"<[^>]+>|\s+", " ", page)), "the count of the category"
     assert re.search(r"1 Failed", re.sub(r"<[^>]+>|\s+", " ", page))
+    assert "'agent-failed'," in page[page.index("const possibleFilters = ["):][:300]  # rows its script can draw
+    o = _outcomes(r)
+    assert re.search(rf"\b{o['passed'] + o['failed'] + o['agent-failed']} tests took ", page), "the test count"
+
+
+def test_pytest_html_draws_the_agent_failed_rows_in_a_browser(pytester: pytest.Pytester, suite_path: Path,
+                                                              chromium: str) -> None:
+    """What a person sees: pytest-html's page, its script run, lists the agent-failed rows under their own result
+    (its script used to draw only the results of a fixed list: the box counted them, the table showed none)."""
+    r = run(pytester, suite_path, "--html", "ci.html", "--self-contained-html", "--agentperturb-max-drop", "25")
+    o = _outcomes(r)
+    dom = browse(chromium, pytester.path, (pytester.path / "ci.html").as_uri())
+    rows = re.findall(r'<td class="col-result[^"]*">([^<]*)</td>', dom)  # (passed rows are "collapsed")
+    assert rows.count("Agent-failed") == o["agent-failed"] > 0, sorted(set(rows))
+    assert rows.count("Failed") == o["failed"] and rows.count("Passed") == o["passed"], (o, {x: rows.count(x) for x in set(rows)})
+    only = browse(chromium, pytester.path, (pytester.path / "ci.html").as_uri() + "?visible=agent-failed")
+    assert set(re.findall(r'<td class="col-result[^"]*">([^<]*)</td>', only)) == {"Agent-failed"}  # its filter box

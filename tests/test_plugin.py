@@ -139,6 +139,14 @@ def test_full_run_reports_verdicts_and_exits_zero(pytester: pytest.Pytester, sui
     assert props["agentperturb_verdict"] in ("pass", "fail")
     assert props["agentperturb_compliance"] in ("compliance", "bypass")
     assert props["agentperturb_operator"] and props["agentperturb_seed"].isdigit()
+    names = ("agentperturb_family", "agentperturb_model", "agentperturb_operator", "agentperturb_seed",
+             "agentperturb_reward", "agentperturb_verdict", "agentperturb_compliance")
+    episodes = [c for c in tree.iter("testcase") if c.get("name", "").startswith(("clean[", "user-", "tool-",
+                                                                                 "procedure-", "context-"))]
+    assert episodes and all({p.get("name") for p in c.iter("property")} >= set(names) for c in episodes)  # README
+    clean = next(c for c in episodes if c.get("name") == "clean[reference/literal]")
+    assert {p.get("name"): p.get("value") for p in clean.iter("property")}["agentperturb_compliance"] \
+        == "n/a (clean: nothing planted)"
 
 
 def test_malformed_task_is_an_error_and_the_rest_runs(pytester: pytest.Pytester, suite: Path) -> None:

@@ -196,3 +196,30 @@ def test_collect_only_lists_the_clean_partners(pytester: pytest.Pytester, small:
         assert ids.index(f"suites/workflows::{t}::clean[reference/careful]") + 1 == \
             ids.index(f"suites/workflows::{t}::tool-missing[reference/careful]")
     assert "paired: 3 clean episode(s) collected for the 3 selected perturbed item(s)" in result.stdout.str()
+
+
+def test_runs_started_in_the_same_second_each_get_their_own_run_id(tmp_path: Path) -> None:
+    """The id is chosen and reserved in the store in one transaction: sessions started together (here four
+    threads, each with its own connection, at one frozen clock) never share one; a reserved id gets its run's
+    configuration when the session records it."""
+    import threading
+
+    from pytest_agentperturb.run.runids import default_run_id
+    from pytest_agentperturb.run.store import Store
+
+    store, now = tmp_path / "s.sqlite", 1_800_000_000.0
+    got: list[str] = []
+    threads = [threading.Thread(target=lambda: got.append(default_run_id(store, 0, now=now))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    base = "seed-0-20270115T080000"
+    assert sorted(got) == [base, f"{base}-2", f"{base}-3", f"{base}-4"]
+    assert default_run_id(store, 0, resume=True, now=now) == f"{base}-4"  # resume continues the newest
+    from contextlib import closing
+
+    with closing(Store(store)) as s:
+        s.record_run(base, {"seed": 0})
+        s.record_run(base, {"seed": 1})  # first writer wins, after the reservation
+        assert s.run_configs()[base][1] == {"seed": 0}

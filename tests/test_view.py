@@ -10,7 +10,6 @@ run-a and like ``reference/literal`` in run-b, where it also raises on the tool 
 from __future__ import annotations
 
 import hashlib
-import html.parser
 import importlib.util
 import json
 import logging
@@ -26,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import browse as _browse
+from browser import chromium  # noqa: F401 - the fixture
+from browser import seen as _seen
 
 from pytest_agentperturb.cli import main, view
 
@@ -261,38 +263,6 @@ def test_a_store_named_like_the_snapshot(store: Path, tmp_path: Path, monkeypatc
 
 # -- in a real browser -----------------------------------------------------------------------------------------------
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-class _Text(html.parser.HTMLParser):
-    """The text a person sees: everything outside script, style and head."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        self._skip += tag in ("script", "style", "head")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._skip -= tag in ("script", "style", "head") and self._skip > 0
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip and data.strip():
-            self.parts.append(" ".join(data.split()))
-
-
-def _seen(dom: str) -> str:
-    p = _Text()
-    p.feed(dom)
-    return " | ".join(p.parts)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -328,26 +298,6 @@ def served(store: Path, tmp_path: Path) -> Any:
             proc.kill()
             proc.wait()
         log.close()
-
-
-def _browse(chromium: str, tmp_path: Path, url: str, screenshot: Path | None = None) -> str:
-    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1400,1000", "--hide-scrollbars"]
-    if screenshot is not None:
-        r = subprocess.run([*args, f"--screenshot={screenshot}", url], capture_output=True, text=True, timeout=120)
-        assert screenshot.is_file(), r.stderr
-        return ""
-    r = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
-
-
-@pytest.fixture
-def chromium() -> str:
-    found = _chromium()
-    if found is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    return found
 
 
 def test_in_a_browser(chromium: str, served: str, store: Path, tmp_path: Path) -> None:

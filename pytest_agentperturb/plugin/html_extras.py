@@ -21,6 +21,24 @@ from .finish import AGENT_FAILED_ATTR
 
 #: pytest-html's result word of an agent-failed episode (its filter key is the word in lower case)
 AGENT_FAILED_LABEL = "Agent-failed"
+#: The start of pytest-html 4's list of the results its page can show (rows of any other result are never
+#: drawn); the page gets ``agent-failed`` added to it (:func:`show_agent_failed`).
+_FILTERS = "const possibleFilters = [\n"
+
+
+def show_agent_failed(page: str) -> str:
+    """pytest-html's rendered page with the agent-failed result among those its table shows and filters.
+
+    pytest-html 4's script draws only the rows whose result is in a fixed
+    list, so without this the "Agent failed" box counted the rows and the
+    table never showed one.  A page without that list (another pytest-html)
+    is returned as it is.
+    """
+    at = page.find(_FILTERS)
+    if at < 0 or f"'{AGENT_FAILED_LABEL.lower()}'" in page[at:at + 400]:
+        return page
+    at += len(_FILTERS)
+    return f"{page[:at]}    '{AGENT_FAILED_LABEL.lower()}',\n{page[at:]}"
 
 
 class HtmlExtras:
@@ -74,8 +92,36 @@ class HtmlExtras:
                 if isinstance(outcomes, dict) and "failed" in outcomes and "passed" in outcomes:
                     outcomes.setdefault(AGENT_FAILED_LABEL.lower(), {"label": "Agent failed", "value": 0})
                     self._html_outcomes = outcomes
+                    self._patch_page(plugin, outcomes)
                     break
         return self._html_outcomes
+
+    @staticmethod
+    def _patch_page(html: Any, outcomes: dict[str, Any]) -> None:
+        """Wrap this pytest-html report's page writer and test count (on the instance: nothing else changes).
+
+        The page shows the agent-failed rows (:func:`show_agent_failed`), and
+        its "N tests took" line counts them (pytest-html counts passed,
+        failed, xpassed and xfailed only).
+        """
+        write, count = getattr(html, "_write_report", None), getattr(html, "_run_count", None)
+        if not callable(write) or not callable(count):
+            return
+
+        def write_report(rendered: str) -> None:
+            write(show_agent_failed(rendered))
+
+        def run_count() -> str:
+            text = str(count())
+            n = int(outcomes.get(AGENT_FAILED_LABEL.lower(), {}).get("value", 0))
+            head, sep, tail = text.partition(" ")
+            if not n or not head.isdigit():
+                return text
+            total = int(head) + n
+            return f"{total} {'tests' if total > 1 else 'test'} {tail.split(' ', 1)[1]}" if sep else text
+
+        html._write_report = write_report
+        html._run_count = run_count
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:

@@ -25,6 +25,7 @@ from .finish import AGENT_FAILED_ATTR, STORE_ERROR, Tally
 from ..model.records import EpisodeRecord
 from ..model.ownership import heading
 from ..model.trajectory import checks_line, failed_checks as trajectory_failed_checks
+from ..model.vocab import CLEAN
 from .results import report_row
 from .variants import key_of
 
@@ -79,9 +80,7 @@ class ReportHooks:
                              ("agentperturb_verdict", verdict)]
                     if self.repeats > 1:
                         props.append(("agentperturb_repeat", item.repeat))
-                    if item.record.compliance is not None:
-                        props.append(("agentperturb_compliance",
-                                      "compliance" if item.record.compliance else "bypass"))
+                    props.append(("agentperturb_compliance", compliance_word(item.family, item.record.compliance)))
                     for p in props:
                         if p not in item.user_properties:
                             item.user_properties.append(p)
@@ -163,6 +162,13 @@ class ReportHooks:
 def failed_checks(rec: EpisodeRecord) -> list[str]:
     """The grader's checks that failed, in the grader's order (none when it named none)."""
     return trajectory_failed_checks(rec.trajectory)
+
+
+def compliance_word(family: str, compliance: bool | None) -> str:
+    """The ``agentperturb_compliance`` property of a case: every case has one, defined or not."""
+    if compliance is not None:
+        return "compliance" if compliance else "bypass"
+    return "n/a (clean: nothing planted)" if family == CLEAN else "n/a (not determined)"
 
 
 def headed(item: pytest.Item, text: str) -> ExceptionChainRepr:

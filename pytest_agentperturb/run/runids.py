@@ -1,7 +1,9 @@
 """Default run ids: every run gets its own, so no run replaces another run's rows without being asked.
 
 Without ``--agentperturb-run-id`` a run is named ``seed-<seed>-<YYYYMMDDTHHMMSS>`` (UTC, when it
-starts), with ``-2``, ``-3``, ... appended when the store already holds that name.  With
+starts), with ``-2``, ``-3``, ... appended when the store already holds that name: chosen and
+reserved in the store in one transaction (:meth:`.store.Store.claim_run`), so runs started in the
+same second each get their own.  With
 ``--agentperturb-resume`` and no run id the newest default-named run of the same seed in the
 store is continued (a store written before run ids were unique holds ``seed-<seed>``, which
 counts as one); with none there, a new run starts.  ``last`` (``--agentperturb-baseline``)
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -57,6 +60,13 @@ def default_run_id(store: Path, seed: int, *, resume: bool = False, now: float |
             return mine[-1]
     stamp = datetime.fromtimestamp(time.time() if now is None else now, tz=timezone.utc).strftime("%Y%m%dT%H%M%S")
     base = f"seed-{seed}-{stamp}"
+    from .store import Store
+
+    try:
+        with closing(Store(store)) as s:
+            return s.claim_run(base)
+    except StoreError:
+        pass  # the session's start reports an unusable store, naming the file
     taken = {r for _, r in runs}
     n, run_id = 1, base
     while run_id in taken:

@@ -64,6 +64,8 @@ def _fix(exc: sqlite3.Error) -> str:
     return _FULL_FIX if "full" in str(exc).lower() else _FIX
 
 
+#: The configuration of a run :meth:`Store.claim_run` reserved, until :meth:`Store.record_run` gives its own.
+_CLAIMED = "{}"
 #: A batch is committed once this many episodes are buffered ...
 BATCH_ROWS = 64
 #: ... or this many seconds after its first episode was buffered, whichever comes first.
@@ -300,13 +302,37 @@ class Store:
             self._oldest = time.monotonic()
 
     def record_run(self, run_id: str, config: dict[str, Any]) -> None:
-        """Remember a run's configuration (first writer wins)."""
+        """Remember a run's configuration (first writer wins; a run :meth:`claim_run` reserved gets it)."""
         try:
             with self._conn_lock, self._tx():
-                self._conn.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)",
+                self._conn.execute(f"INSERT INTO runs VALUES (?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                                   f"config = excluded.config WHERE runs.config = '{_CLAIMED}'",
                                    (run_id, time.time(), json.dumps(config, sort_keys=True)))
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot record the run ({exc}); fix: {_fix(exc)}") from None
+
+    def claim_run(self, base: str) -> str:
+        """Reserve a run id no run of this store has: ``base``, else ``base-2``, ``base-3``, ...
+
+        Chosen and recorded in one write transaction (its configuration
+        empty until :meth:`record_run`), so sessions started in the same
+        second against one store each get their own.
+
+        Raises:
+            StoreError: naming the file, when SQLite cannot write.
+        """
+        try:
+            with self._conn_lock, self._tx():
+                taken = {str(r[0]) for r in self._conn.execute("SELECT run_id FROM runs")}
+                taken.update(str(r[0]) for r in self._conn.execute("SELECT DISTINCT run_id FROM episodes"))
+                n, run_id = 1, base
+                while run_id in taken:
+                    n += 1
+                    run_id = f"{base}-{n}"
+                self._conn.execute("INSERT INTO runs VALUES (?, ?, ?)", (run_id, time.time(), _CLAIMED))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot record the run ({exc}); fix: {_fix(exc)}") from None
+        return run_id
 
     def put(self, rec: EpisodeRecord, variant_digest: str = "", variant: Variant | None = None) -> None:
         """Insert or replace one episode (with its variant's diff and canaries), committed with its batch.
