@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,25 @@ def test_report_never_written_through_a_link(pytester: pytest.Pytester, suite: P
     assert "report: NOT written" in out and "symbolic link" in out
     assert "agentperturb" in out and "store:" in out   # the summary still printed
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.parametrize("target_exists", [False, True])
+def test_the_store_is_never_written_through_a_link(pytester: pytest.Pytester, suite: Path, target_exists: bool) -> None:
+    """A store path that is a symbolic link (to a new file, or to an existing store) is a usage error naming it:
+    the link's target is never created nor written."""
+    elsewhere = pytester.path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "new.sqlite"
+    if target_exists:
+        first = pytester.runpytest(*ARGS, f"--agentperturb-store={target}")
+        assert first.ret == 0
+    before = target.read_bytes() if target_exists else None
+    os.symlink(target, pytester.path / "st.sqlite")
+    result = pytester.runpytest(*ARGS, "--agentperturb-store=st.sqlite")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*st.sqlite: a symbolic link; the results store is never written through a link; "
+                                 "fix: point --agentperturb-store (or --store) at the file itself*"])
+    assert (target.read_bytes() if target_exists else None) == before and target.exists() == target_exists
 
 
 def test_report_never_replaces_a_foreign_file(pytester: pytest.Pytester, suite: Path) -> None:
@@ -194,3 +214,21 @@ def test_a_task_page_never_replaces_a_users_file(pytester: pytest.Pytester, suit
     assert mine.read_text() == "my own notes"
     assert "report: NOT written" in out and "not a page of an agentperturb report" in out and "store:" in out
     assert not [p for p in (pytester.path / "reports").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_report_and_its_pages_have_the_modes_a_plain_write_gives(pytester: pytest.Pytester, suite: Path) -> None:
+    """Written through temporary files (0600, 0700), the page, its pages folder and pages still get 0666 / 0777
+    less the umask, so a web server publishing CI artefacts can read them."""
+    old = os.umask(0o022)
+    try:
+        result = pytester.runpytest(*ARGS, "--agentperturb-report=out/rep.html")
+    finally:
+        os.umask(old)
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    page = pytester.path / "out" / "rep.html"
+    folders = [p for p in (pytester.path / "out").iterdir() if p.is_dir()]
+    pages = [p for d in folders for p in d.rglob("*.html")]
+    assert folders and pages
+    assert stat.S_IMODE(page.stat().st_mode) == 0o644
+    assert {stat.S_IMODE(d.stat().st_mode) for d in folders} == {0o755}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in pages} == {0o644}

@@ -55,11 +55,14 @@ SKIP: dict[str, str] = {
 }
 # a substring of the command -> the exit statuses it may end with (default {0})
 RC: dict[str, set[int]] = {
-    "--agentperturb-max-regression 5": {1},     # the README shows this gate breached
+    "--agentperturb-max-regression 5": {1},     # the README shows these gates breached
+    "--agentperturb-model reference/careful --agentperturb-max-drop 25": {1},
+    "--agentperturb-model reference/noisy --agentperturb-repeats 5 --agentperturb-max-drop": {1},
     "agentperturb verify variants/": {0, 1},    # "exit 1 with one line per breach"
 }
 # commands whose gate line the README shows run unchanged (no -k added)
-FULL = ("--agentperturb-run-id careful", "--agentperturb-run-id literal")
+FULL = ("--agentperturb-run-id careful", "--agentperturb-run-id literal", "--agentperturb-max-drop 25",
+        "--agentperturb-model reference/noisy --agentperturb-repeats 5")
 
 
 def readme_commands() -> list[tuple[int, str, list[str]]]:

@@ -72,7 +72,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def explorer(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("explorer") / "explorer.db"
     counts = view.build_explorer(store, out, base_url=BASE, pages=store.with_name("agentperturb-tasks"))
-    assert counts == {"runs": 2, "episodes": 30, "linked": 30}
+    # the pages beside the store are run-b's report's: run-a's 15 episodes link to their task's page alone
+    assert counts == {"runs": 2, "episodes": 30, "linked": 30, "to_episode": 15}
     return out
 
 
@@ -123,9 +124,11 @@ def test_episodes_verdicts_error_classes_and_pages(explorer: Path, store: Path) 
     page = store.with_name("agentperturb-tasks") / "workflows" / "share-report.html"
     text = page.read_text(encoding="utf-8")
     for r in eps:
-        assert r["page"].startswith(f"{BASE}/pages/workflows/share-report.html#ep-")
         if r["run_id"] == "run-b":   # the report beside the store is run-b's: its episodes are on the page
+            assert r["page"].startswith(f"{BASE}/pages/workflows/share-report.html#ep-")
             assert f"id='{r['page'].partition('#')[2]}'" in text
+        else:   # run-a's are not: a link to the page, never to an anchor it lacks
+            assert r["page"] == f"{BASE}/pages/workflows/share-report.html"
 
 
 def test_error_class_of_odd_errors() -> None:

@@ -245,20 +245,35 @@ def run_rows(tallies: Mapping[str, _RunTally], configs: Mapping[str, tuple[float
     return [row for _, _, row in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
+_ANCHOR = re.compile(r'\bid=["\']?(ep-[0-9a-f]{16})')
+
+
 def page_links(pages: Path | None, base_url: str) -> Callable[[Mapping[str, Any]], str | None]:
-    """An episode row -> the URL of the episode on its task's page under ``/pages/`` (None: no such page)."""
+    """An episode row -> the URL of the episode on its task's page under ``/pages/`` (None: no such page).
+
+    The URL names the episode's anchor only where the page holds that
+    episode (pages show the runs their report was written from): otherwise
+    it is the task's page alone.
+    """
     from ..report.episodes import episode_anchor
     from ..report.pages import page_path
 
-    have: dict[str, bool] = {}
+    have: dict[str, frozenset[str] | None] = {}
 
     def link(r: Mapping[str, Any]) -> str | None:
         if pages is None:
             return None
         rel = page_path(str(r.get("suite", "")), str(r.get("task", "")))
         if rel not in have:
-            have[rel] = (pages / rel).is_file()
-        return f"{base_url}/pages/{quote(rel)}#{episode_anchor(r)}" if have[rel] else None
+            try:
+                have[rel] = frozenset(_ANCHOR.findall((pages / rel).read_text(encoding="utf-8", errors="replace")))
+            except OSError:
+                have[rel] = None
+        anchors = have[rel]
+        if anchors is None:
+            return None
+        anchor = episode_anchor(r)
+        return f"{base_url}/pages/{quote(rel)}" + (f"#{anchor}" if anchor in anchors else "")
 
     return link
 
@@ -269,7 +284,7 @@ def build_explorer(store: Path, out: Path, *, base_url: str, pages: Path | None)
 
     tallies: dict[str, _RunTally] = defaultdict(_RunTally)
     link = page_links(pages, base_url)
-    counts = {"episodes": 0, "linked": 0}
+    counts = {"episodes": 0, "linked": 0, "to_episode": 0}
 
     def listed(s: Store) -> Iterator[dict[str, Any]]:
         for r in s.listing():
@@ -281,6 +296,7 @@ def build_explorer(store: Path, out: Path, *, base_url: str, pages: Path | None)
         for row in rows:
             counts["episodes"] += 1
             counts["linked"] += row[page_at] is not None
+            counts["to_episode"] += row[page_at] is not None and "#" in row[page_at]
             yield row
 
     def runs() -> Iterator[tuple[Any, ...]]:   # iterated after the episodes: their tallies are made by then
@@ -412,9 +428,12 @@ def cmd_view(args: argparse.Namespace) -> int:
                 "--setting", "default_page_size", "50"]
         if pages_dir is not None:
             argv += ["--static", f"pages:{pages_dir}"]
-        log.info("serving %s read-only at %s/ (%d runs, %d episodes, %d linked to task pages; a snapshot: "
-                 "restart to see newer episodes; Ctrl-C stops)", store, base_url, counts["runs"],
-                 counts["episodes"], counts["linked"])
+        log.info("serving %s read-only at %s/ (%d runs, %d episodes, %d linked to task pages, %d of them to the "
+                 "episode itself%s; a snapshot: restart to see newer episodes; Ctrl-C stops)", store, base_url,
+                 counts["runs"], counts["episodes"], counts["linked"], counts["to_episode"],
+                 "" if counts["to_episode"] == counts["linked"] else
+                 f"; the pages show only the runs their report was written from: agentperturb report --store "
+                 f"{store} --run-id all --out {store.with_suffix('.html')} writes them for every run")
         sys.stderr.flush()
         return _serve(argv)
 

@@ -3,7 +3,8 @@
 :func:`write_bytes` and :func:`write_text` write to a temporary file in the
 target's folder (same file system), flush it to disk and rename it over the
 target, so a failed write (a full disk, a read-only folder) leaves the old
-file whole and no half-written one.  Before anything is written the target
+file whole and no half-written one; the file gets the mode a plain ``open``
+would give it (0666 less the umask).  Before anything is written the target
 is checked: a symbolic link, a folder, a results store (``SQLite format 3``)
 or a file its ``ours`` check does not recognise as this package's output of
 that kind is refused.  Every failure is an :class:`AgentPerturbError` of one
@@ -87,6 +88,7 @@ def write_bytes(path: Path | str, data: bytes, *, ours: Callable[[Path], bool], 
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~umask())  # what a plain open would give (mkstemp's is 0600)
             os.fsync(f.fileno())
         os.replace(tmp, p)
         tmp = None
@@ -99,6 +101,13 @@ def write_bytes(path: Path | str, data: bytes, *, ours: Callable[[Path], bool], 
             except OSError:
                 pass
     return p
+
+
+def umask() -> int:
+    """The process's umask (read by setting it, then restored): new files get 0666, folders 0777, less it."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: Path | str, text: str, *, ours: Callable[[Path], bool], what: str = "file") -> Path:

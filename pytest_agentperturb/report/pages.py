@@ -37,7 +37,7 @@ from urllib.parse import quote
 from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN, FAMILIES, INSERTED
 from .episodes import CSS, canaries_of, diff_html, episode_anchor, error_html, trajectory_html, verdict
-from .files import exchange, unwritable
+from .files import exchange, umask, unwritable
 from .images import image_pairs_html
 from .svg import esc
 
@@ -364,6 +364,7 @@ def write_pages(folder: Path | str, pages: Iterable[tuple[str, str]]) -> list[Pa
             if staging is None:
                 folder.parent.mkdir(parents=True, exist_ok=True)
                 staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+                staging.chmod(0o777 & ~umask())  # the mode mkdir gives (mkdtemp's is 0700): it becomes the folder
             page = _target(staging, rel)
             page.write_text(html, encoding="utf-8")
             staged.append((rel, page))

@@ -131,6 +131,10 @@ class Store:
                     raise StoreError(f"{self.path}: its episodes table lacks the key column(s) "
                                      f"{', '.join(missing)}: not a pytest-agentperturb store; fix: {_FIX}")
             else:
+                for p in (self.path, *(self.path.with_name(self.path.name + x) for x in ("-wal", "-shm"))):
+                    if p.is_symlink():  # the link's target may be anybody's file: never written through
+                        raise StoreError(f"{p}: a symbolic link; the results store is never written through a "
+                                         f"link; fix: point --agentperturb-store (or --store) at the file itself")
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
                                              check_same_thread=False)  # the writer's flush: under ``_conn_lock``
