@@ -111,6 +111,16 @@ def caught(ctx):
 def appends(ctx):
     ctx.trajectory.append({"role": "assistant", "content": Obj()})
     ctx.finish("done")
+def appends_object(ctx):
+    ctx.trajectory.append(object())
+    ctx.finish("done")
+def appends_text(ctx):
+    ctx.trajectory.append("hello")
+    ctx.model_turn("thinking")   # counts what it was shown: the entry that is no dict too
+    ctx.finish("done")
+def appends_none(ctx):
+    ctx.trajectory.append(None)
+    ctx.finish("done")
 '''
 
 
@@ -120,6 +130,9 @@ def appends(ctx):
     ("object_argument", "the arguments are not JSON"),
     ("caught", "finish(): the answer must be str, got bytes"),
     ("appends", "the trajectory holds a value that is not JSON"),
+    ("appends_object", "the trajectory holds 1 entry that is not a dict (entry 0: object); kept as text"),
+    ("appends_text", "the trajectory holds 1 entry that is not a dict (entry 0: str); kept as text"),
+    ("appends_none", "the trajectory holds 1 entry that is not a dict (entry 0: NoneType); kept as text"),
 ])
 def test_agent_value_not_json_is_a_stored_error(pytester: pytest.Pytester, suite: Path, name: str,
                                                 says: str) -> None:
@@ -133,7 +146,9 @@ def test_agent_value_not_json_is_a_stored_error(pytester: pytest.Pytester, suite
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
         (error, reward, traj), = conn.execute("SELECT error, reward, trajectory FROM episodes").fetchall()
     assert error.startswith("AgentValueError: ") and says in error and reward is None
-    assert traj.startswith("[")
+    assert traj.startswith("[") and all(isinstance(e, dict) for e in json.loads(traj))   # every entry a dict
+    if name.startswith("appends_"):   # the value itself kept as text, in a note of the harness
+        assert "kept as text: the agent appended a value of type " in traj, traj
 
 
 BIG = '''
