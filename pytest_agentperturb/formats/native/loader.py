@@ -96,7 +96,7 @@ def _regular(path: Path) -> None:
     """Refuse anything but a regular file before it is opened (opening a FIFO waits for a writer forever)."""
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise TaskFormatError(path, "(file)", "a regular file", _kind(mode),
+        raise TaskFormatError(path, "(file)", "a regular file (only regular files are read)", _kind(mode),
                               "replace it by a regular file with the content")
 
 
