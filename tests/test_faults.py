@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -131,6 +133,16 @@ def caught(ctx):
 def appends(ctx):
     ctx.trajectory.append({"role": "assistant", "content": Obj()})
     ctx.finish("done")
+def appends_object(ctx):
+    ctx.trajectory.append(object())
+    ctx.finish("done")
+def appends_text(ctx):
+    ctx.trajectory.append("hello")
+    ctx.model_turn("thinking")   # counts what it was shown: the entry that is no dict too
+    ctx.finish("done")
+def appends_none(ctx):
+    ctx.trajectory.append(None)
+    ctx.finish("done")
 '''
 
 
@@ -140,6 +152,9 @@ def appends(ctx):
     ("object_argument", "the arguments are not JSON"),
     ("caught", "finish(): the answer must be str, got bytes"),
     ("appends", "the trajectory holds a value that is not JSON"),
+    ("appends_object", "the trajectory holds 1 entry that is not a dict (entry 0: object); kept as text"),
+    ("appends_text", "the trajectory holds 1 entry that is not a dict (entry 0: str); kept as text"),
+    ("appends_none", "the trajectory holds 1 entry that is not a dict (entry 0: NoneType); kept as text"),
 ])
 def test_agent_value_not_json_is_a_stored_error(pytester: pytest.Pytester, suite: Path, name: str,
                                                 says: str) -> None:
@@ -153,7 +168,9 @@ def test_agent_value_not_json_is_a_stored_error(pytester: pytest.Pytester, suite
     with sqlite3.connect(pytester.path / "reports" / "agentperturb.sqlite") as conn:
         (error, reward, traj), = conn.execute("SELECT error, reward, trajectory FROM episodes").fetchall()
     assert error.startswith("AgentValueError: ") and says in error and reward is None
-    assert traj.startswith("[")
+    assert traj.startswith("[") and all(isinstance(e, dict) for e in json.loads(traj))   # every entry a dict
+    if name.startswith("appends_"):   # the value itself kept as text, in a note of the harness
+        assert "kept as text: the agent appended a value of type " in traj, traj
 
 
 BIG = '''
@@ -195,8 +212,26 @@ def test_a_huge_observation_is_cut_for_the_agent_and_the_trajectory() -> None:
     assert ctx.trajectory[1]["content"].startswith("truncated: the observation of dump was cut")
 
 
-@pytest.mark.parametrize("tx", ["popen//python=/bin/false", "socket=127.0.0.1:1"])
+def python_without_pytest() -> str | None:
+    """A python on this machine that runs but cannot import pytest (a system python beside the venv), or None."""
+    for name in ("/usr/bin/python3", "/usr/local/bin/python3", *filter(None, [shutil.which("python3")])):
+        if Path(name).is_file() and os.access(name, os.X_OK):
+            try:
+                done = subprocess.run([name, "-c", "import _pytest"], capture_output=True, timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if done.returncode != 0 and b"No module named '_pytest'" in done.stderr:
+                return name
+    return None
+
+
+@pytest.mark.parametrize("tx", ["popen//python=/bin/false", "socket=127.0.0.1:1", "popen//python=(no pytest)"])
 def test_an_unreachable_tx_target_is_one_usage_error_line(pytester: pytest.Pytester, suite: Path, tx: str) -> None:
+    if tx.endswith("(no pytest)"):   # it starts, but xdist's worker cannot import pytest there
+        python = python_without_pytest()
+        if python is None:
+            pytest.skip("no python without pytest on this machine (a system python beside the venv)")
+        tx = f"popen//python={python}"
     result = pytester.runpytest_subprocess(*ARGS, "-d", "--tx", tx, timeout=120)
     err = result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + err

@@ -8,7 +8,9 @@ from the layer alone reproduces the pixels of its box.
 from __future__ import annotations
 
 import io
+import json
 import random
+import shutil
 import struct
 from pathlib import Path
 
@@ -20,8 +22,10 @@ from PIL import Image, ImageChops
 from pytest_agentperturb.imaging.backends import PillowBackend, load_backend
 from pytest_agentperturb.imaging.draw import match_font, open_image, rerenders, text_box
 from pytest_agentperturb.imaging.edits import erase, overwrite, paste
+from pytest_agentperturb.formats.native.loader import load_task, load_tasks
 from pytest_agentperturb.imaging.render import SpecError, render
-from pytest_agentperturb.model.errors import OptionError
+from pytest_agentperturb.model.errors import OptionError, TaskFormatError
+from pytest_agentperturb.model.limits import MAX_IMAGE_ROWS, MAX_IMAGE_TEXT
 from pytest_agentperturb.model.images import ImageEdit, intersects, layer_lines, layer_text
 from pytest_agentperturb.model.protocols import ImagePart, Observation, TextPart
 
@@ -239,3 +243,39 @@ def test_image_specs_are_bounded_in_rows_text_and_pixels() -> None:
         render({"kind": "document", "title": "t", "rows": [["a", "b"]] * MAX_IMAGE_ROWS, "width": 4096})
     assert time.perf_counter() - t0 < 10
     render({"kind": "document", "title": "t", "rows": [["a", "b"]] * MAX_IMAGE_ROWS})   # the limit itself draws
+
+
+#: chart-q3-spend's second dashboard (q2-spend): its chart is one that the gold solution never draws
+UNDRAWN = ("dashboards", 1, "chart")
+
+
+@pytest.mark.parametrize("edit, field, says", [
+    ({"bars": [["x", "1"]] * (MAX_IMAGE_ROWS + 1)}, "dashboards[1].chart.bars",
+     f"'bars' has {MAX_IMAGE_ROWS + 1:,} entries; at most {MAX_IMAGE_ROWS:,}. Fix: keep at most"),
+    ({"bars": [["x"] * (MAX_IMAGE_ROWS + 1)]}, "dashboards[1].chart.bars[0]", "'bars[0]' has 501 entries"),
+    ({"title": "t" * (MAX_IMAGE_TEXT + 1)}, "dashboards[1].chart.title",
+     f"'title' has {MAX_IMAGE_TEXT + 1:,} characters; at most {MAX_IMAGE_TEXT:,}. Fix: shorten 'title'"),
+    ({"bars": [["x", "1"]] * MAX_IMAGE_ROWS, "width": 4096}, "dashboards[1].chart",
+     "pixels are drawn (fewer rows, or a smaller 'width'). Fix: fewer rows or lines"),
+])
+def test_every_image_spec_is_bounded_when_the_task_is_loaded(suite_copy: Path, edit: dict[str, object], field: str,
+                                                           says: str) -> None:
+    """A chart past a limit that no episode draws: its task is one TaskFormatError at load, the others load."""
+    for name in [p.name for p in suite_copy.iterdir() if p.is_dir() and p.name not in ("chart-q3-spend",
+                                                                                      "book-offsite")]:
+        shutil.rmtree(suite_copy / name)
+    env_path = suite_copy / "chart-q3-spend" / "environment.json"
+    env = json.loads(env_path.read_text())
+    chart = env[UNDRAWN[0]][UNDRAWN[1]][UNDRAWN[2]]
+    chart.update(edit)
+    env_path.write_text(json.dumps(env))
+    with pytest.raises(TaskFormatError) as info:
+        load_task(suite_copy / "chart-q3-spend")
+    exc = info.value
+    assert exc.path == str(env_path) and exc.field == field, str(exc)
+    assert says in str(exc) and "an image spec that can be drawn within its limits" in str(exc), str(exc)
+    with pytest.raises(SpecError) as drawn:   # what drawing it would have said, later
+        render(chart)
+    assert str(drawn.value).removeprefix("image spec: ") == exc.found
+    loaded = list(load_tasks(suite_copy))   # that task is one error; the other task loads
+    assert sorted(type(x).__name__ for x in loaded) == ["Task", "TaskFormatError"]

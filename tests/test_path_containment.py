@@ -179,6 +179,20 @@ def test_a_fifo_in_a_task_folder_is_a_task_format_error(pytester: pytest.Pyteste
     assert "tasks not loaded: 1" in out and "Traceback" not in out
 
 
+def test_a_fifo_as_suite_toml_is_one_error_naming_it(pytester: pytest.Pytester) -> None:
+    """Not "collected 0 items": the suite is one ERROR that names its suite.toml; nothing waits on the pipe."""
+    suite = pytester.path / "suites" / "workflows"
+    suite.mkdir(parents=True)
+    shutil.copytree(ROOT / "suites" / "workflows" / "book-offsite", suite / "book-offsite")
+    os.mkfifo(suite / "suite.toml")
+    result = pytester.runpytest_subprocess("--agentperturb", "suites/workflows", "--agentperturb-model",
+                                           "reference/literal", "-p", "no:cacheprovider", timeout=60)
+    out = result.stdout.str()
+    assert f"{suite / 'suite.toml'}: field '(file)': expected a regular file (only regular files are read), " \
+           "found a named pipe (FIFO). Fix: replace it by a regular file" in out, out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED and "Traceback" not in out, out
+
+
 def test_only_regular_files_are_read(tmp_path: Path) -> None:
     task = task_copy(tmp_path)
     (task / "instruction.md").unlink()

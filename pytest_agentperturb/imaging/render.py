@@ -20,7 +20,10 @@ plus a free band for whatever gets pasted in later; both are multiples of 8
 (inpainting models need that).  A spec is bounded (:mod:`~..model.limits`):
 at most ``MAX_IMAGE_ROWS`` entries in any list, ``MAX_IMAGE_TEXT`` characters
 in any string and ``MAX_IMAGE_PIXELS`` pixels drawn; past a limit it is a
-:class:`SpecError` that names the field and the limit, before anything is drawn.  See :mod:`.draw` for what "deterministic" means.
+:class:`SpecError` that names the field and the limit, before anything is drawn.
+:func:`check` lays a spec out without drawing it (cheap: the loader checks
+every image of a task's environment when the task is loaded, drawn or not).
+See :mod:`.draw` for what "deterministic" means.
 """
 
 from __future__ import annotations
@@ -40,20 +43,29 @@ _PALETTE: tuple[RGB, ...] = ((66, 133, 204), (230, 142, 50), (80, 166, 110), (15
 
 
 class SpecError(ValueError):
-    """An image spec that cannot be rendered (names the field and what was expected)."""
+    """An image spec that cannot be rendered (names the field and what was expected).
+
+    ``field`` is the key inside the spec (``"rows"``, ``"lines[1]"``; ``""``
+    for the spec as a whole) and ``fix`` what to change, where they are known.
+    """
+
+    def __init__(self, msg: str, field: str = "", fix: str = "") -> None:
+        super().__init__(msg)
+        self.field = field
+        self.fix = fix
 
 
 def _str(spec: Mapping[str, Any], key: str, default: str | None = None) -> str:
     val = spec.get(key, default)
     if not isinstance(val, str):
-        raise SpecError(f"image spec: '{key}' must be a string, got {val!r}"[:200])
+        raise SpecError(f"image spec: '{key}' must be a string, got {val!r}"[:200], key)
     return val
 
 
 def _pairs(spec: Mapping[str, Any], key: str, allow_text: bool = False) -> list[tuple[str, str] | str]:
     raw = spec.get(key, [])
     if not isinstance(raw, list):
-        raise SpecError(f"image spec: '{key}' must be a list, got {type(raw).__name__}")
+        raise SpecError(f"image spec: '{key}' must be a list, got {type(raw).__name__}", key)
     out: list[tuple[str, str] | str] = []
     for i, r in enumerate(raw):
         if allow_text and isinstance(r, str):
@@ -62,7 +74,7 @@ def _pairs(spec: Mapping[str, Any], key: str, allow_text: bool = False) -> list[
             out.append((r[0], r[1]))
         else:
             want = "[label, value] pairs or strings" if allow_text else "[label, value] pairs of strings"
-            raise SpecError(f"image spec: '{key}[{i}]' must be one of {want}, got {r!r}"[:200])
+            raise SpecError(f"image spec: '{key}[{i}]' must be one of {want}, got {r!r}"[:200], f"{key}[{i}]")
     return out
 
 
@@ -70,16 +82,26 @@ def _bounded(spec: Mapping[str, Any]) -> None:
     """Every list of ``spec`` holds at most MAX_IMAGE_ROWS entries, every string MAX_IMAGE_TEXT characters."""
     for key, val in spec.items():
         if isinstance(val, list):
-            if len(val) > MAX_IMAGE_ROWS:
-                raise SpecError(f"image spec: '{key}' has {len(val):,} entries; at most {MAX_IMAGE_ROWS:,}")
+            _counted(str(key), val)
             items = [(f"{key}[{i}]", x) for i, x in enumerate(val)]
+            for name, x in items:
+                if isinstance(x, list):   # a row: counted before its entries are looked at
+                    _counted(name, x)
             items = [(f"{k}[{j}]", y) for k, x in items if isinstance(x, list) for j, y in enumerate(x)] \
                 + [(k, x) for k, x in items if not isinstance(x, list)]
         else:
             items = [(str(key), val)]
         for name, x in items:
             if isinstance(x, str) and len(x) > MAX_IMAGE_TEXT:
-                raise SpecError(f"image spec: '{name}' has {len(x):,} characters; at most {MAX_IMAGE_TEXT:,}")
+                raise SpecError(f"image spec: '{name}' has {len(x):,} characters; at most {MAX_IMAGE_TEXT:,}", name,
+                                f"shorten '{name}' to at most {MAX_IMAGE_TEXT:,} characters")
+
+
+def _counted(name: str, val: list[Any]) -> None:
+    """A list of a spec holds at most MAX_IMAGE_ROWS entries (its length alone is read)."""
+    if len(val) > MAX_IMAGE_ROWS:
+        raise SpecError(f"image spec: '{name}' has {len(val):,} entries; at most {MAX_IMAGE_ROWS:,}", name,
+                        f"keep at most {MAX_IMAGE_ROWS:,} entries in '{name}' (split them over several images)")
 
 
 def _round8(n: int) -> int:
@@ -103,14 +125,19 @@ class _Canvas:
         self.ops.append(("text", (xy, text, size, fill)))
         return text_box(xy, text, size)
 
-    def finish(self, bottom: int, bg: RGB) -> ImagePart:
-        from PIL import Image, ImageDraw
-
+    def height(self, bottom: int) -> int:
+        """The image's height for content down to ``bottom``; a SpecError past MAX_IMAGE_PIXELS."""
         height = _round8(bottom + FREE_BAND)
         if self.width * height > MAX_IMAGE_PIXELS:
             raise SpecError(f"image spec: the image would be {self.width:,} x {height:,} pixels; at most "
-                            f"{MAX_IMAGE_PIXELS:,} pixels are drawn (fewer rows, or a smaller 'width')")
-        img = Image.new("RGB", (self.width, height), bg)
+                            f"{MAX_IMAGE_PIXELS:,} pixels are drawn (fewer rows, or a smaller 'width')", "",
+                            "fewer rows or lines, or a smaller 'width'")
+        return height
+
+    def finish(self, bottom: int, bg: RGB) -> ImagePart:
+        from PIL import Image, ImageDraw
+
+        img = Image.new("RGB", (self.width, self.height(bottom)), bg)
         d = ImageDraw.Draw(img)
         layer = []
         for kind, args in self.ops:
@@ -142,7 +169,11 @@ def _rows(c: _Canvas, rows: Sequence[tuple[str, str] | str], x: int, y: int, val
     return y
 
 
-def _document(spec: Mapping[str, Any], width: int) -> ImagePart:
+#: What a kind's layout ends in: the canvas with its draw calls, the content's bottom and the background.
+_Layout = tuple[_Canvas, int, RGB]
+
+
+def _document(spec: Mapping[str, Any], width: int) -> _Layout:
     c = _Canvas(width)
     paper: RGB = (252, 251, 247)
     title = c.text((32, 28), _str(spec, "title"), 22, (25, 25, 25))
@@ -152,17 +183,17 @@ def _document(spec: Mapping[str, Any], width: int) -> ImagePart:
     footer = _str(spec, "footer", "")
     if footer:
         y = c.text((32, y + 14), footer, 13, (120, 120, 120))[3]
-    return c.finish(y, paper)
+    return c, y, paper
 
 
-def _chart(spec: Mapping[str, Any], width: int) -> ImagePart:
+def _chart(spec: Mapping[str, Any], width: int) -> _Layout:
     c = _Canvas(width)
     title = c.text((24, 20), _str(spec, "title"), 20, (25, 25, 25))
     bars = [b for b in _pairs(spec, "bars") if isinstance(b, tuple)]
     try:
         values = [float(v.replace(",", "")) for _, v in bars]
     except ValueError as exc:
-        raise SpecError(f"image spec: chart bar values must be numbers ({exc})") from None
+        raise SpecError(f"image spec: chart bar values must be numbers ({exc})", "bars") from None
     top = title[3] + 24
     left, longest = 170, width - 170 - 110
     peak = max(values, default=1.0) or 1.0
@@ -177,20 +208,20 @@ def _chart(spec: Mapping[str, Any], width: int) -> ImagePart:
     footer = _str(spec, "footer", "")
     if footer:
         y = c.text((24, y + 8), footer, 13, (120, 120, 120))[3]
-    return c.finish(y, (255, 255, 255))
+    return c, y, (255, 255, 255)
 
 
-def _screenshot(spec: Mapping[str, Any], width: int) -> ImagePart:
+def _screenshot(spec: Mapping[str, Any], width: int) -> _Layout:
     c = _Canvas(width)
     c.rect((0, 0, width, 36), (44, 62, 102))
     c.text((16, 10), _str(spec, "app"), 15, (245, 245, 245))
     lines = spec.get("lines", [])
     if not (isinstance(lines, list) and all(isinstance(x, str) for x in lines)):
-        raise SpecError(f"image spec: 'lines' must be a list of strings, got {lines!r}"[:200])
+        raise SpecError(f"image spec: 'lines' must be a list of strings, got {lines!r}"[:200], "lines")
     rows = _pairs(spec, "rows")
     buttons = spec.get("buttons", [])
     if not (isinstance(buttons, list) and all(isinstance(x, str) for x in buttons)):
-        raise SpecError(f"image spec: 'buttons' must be a list of strings, got {buttons!r}"[:200])
+        raise SpecError(f"image spec: 'buttons' must be a list of strings, got {buttons!r}"[:200], "buttons")
     # the dialog's height is known only after laying its text out: draw the frame first, size it after
     frame_at = len(c.ops)
     y = c.text((64, 76), _str(spec, "title"), 18, (170, 30, 30))[3] + 14
@@ -206,7 +237,7 @@ def _screenshot(spec: Mapping[str, Any], width: int) -> ImagePart:
         x += w + 12
     bottom = y + (52 if buttons else 12)
     c.ops.insert(frame_at, ("rect", ((40, 56, width - 40, bottom), (255, 255, 255), (200, 205, 215), 6)))
-    return c.finish(bottom, (236, 239, 244))
+    return c, bottom, (236, 239, 244)
 
 
 _KINDS = {"document": _document, "chart": _chart, "screenshot": _screenshot}
@@ -216,17 +247,38 @@ def render(spec: Mapping[str, Any]) -> ImagePart:
     """Render an image spec (see the module docstring) as a PNG part with its text layer.
 
     Raises:
-        SpecError: for an unknown kind or a malformed field.
+        SpecError: for an unknown kind, a malformed field or a spec past a limit.
     """
+    c, bottom, bg = _layout(spec)
+    return c.finish(bottom, bg)
+
+
+def check(spec: Any) -> None:
+    """Check ``spec`` as :func:`render` would, without drawing: its fields, its limits and its size in pixels.
+
+    Only the layout runs (text boxes are measured, no image is made), after
+    the limits on entries and characters: a spec of any size costs at most
+    the layout of ``MAX_IMAGE_ROWS`` entries.
+
+    Raises:
+        SpecError: what :func:`render` would raise for ``spec``.
+    """
+    c, bottom, _ = _layout(spec)
+    c.height(bottom)
+
+
+def _layout(spec: Any) -> _Layout:
+    """The fields checked, the limits checked, then the kind's layout (nothing drawn yet)."""
     if not isinstance(spec, Mapping):
         raise SpecError(f"image spec: expected an object, got {type(spec).__name__}")
     kind = spec.get("kind")
     if kind not in _KINDS:
-        raise SpecError(f"image spec: 'kind' must be one of {', '.join(_KINDS)}, got {kind!r}")
+        raise SpecError(f"image spec: 'kind' must be one of {', '.join(_KINDS)}, got {kind!r}"[:200], "kind")
     width = spec.get("width", 640)
     if not isinstance(width, int) or isinstance(width, bool) or width < 320 or width % 8:
-        raise SpecError(f"image spec: 'width' must be a multiple of 8, at least 320, got {width!r}")
+        raise SpecError(f"image spec: 'width' must be a multiple of 8, at least 320, got {width!r}"[:200], "width")
     if width * FREE_BAND > MAX_IMAGE_PIXELS:
-        raise SpecError(f"image spec: 'width' {width:,} is too wide (at most {MAX_IMAGE_PIXELS:,} pixels are drawn)")
+        raise SpecError(f"image spec: 'width' {width:,} is too wide (at most {MAX_IMAGE_PIXELS:,} pixels are drawn)",
+                        "width", "use a smaller 'width' (the default is 640)")
     _bounded(spec)
     return _KINDS[kind](spec, width)

@@ -131,7 +131,8 @@ class EpisodeContext:
         self.estimated_usage = True
         if self._shown < 0:
             self._shown = sum(len(t) for _, t in self.surfaces.texts()) + len(self.surfaces.render("tool"))
-        seen = self._shown + sum(len(str(e.get("content", ""))) for e in self.trajectory)
+        seen = self._shown + sum(len(str(e.get("content", "") if isinstance(e, dict) else e))
+                                 for e in self.trajectory)   # an entry the agent appended may be no dict
         self.add_usage(math.ceil(seen / 4), estimate_tokens(output))
 
     # -- channels -----------------------------------------------------------

@@ -19,7 +19,10 @@ that never started to another worker, and the controller stores the
 crashed item as one ERROR row (:meth:`Controller.lost_record`, put on
 xdist's crash report by :meth:`.reporting.ReportHooks.pytest_handlecrashitem`),
 which ``--agentperturb-resume`` runs again.  No replacement worker is
-started when the workers left can take what is left.
+started when the workers left can take what is left.  A worker that never
+starts (a ``--tx`` python that is not there or has no pytest, no socket
+server, an unreachable ssh host) ends the run in one usage error line that
+names the target and the fix.
 """
 
 from __future__ import annotations
@@ -129,10 +132,23 @@ class Controller:
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self.reported.add(report.nodeid)
 
-    @pytest.hookimpl(optionalhook=True)
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
-        if error is not None:
-            self._down[str(node.gateway.id)] = str(error)
+        """Remember why a worker went down; one that never started is the run's one usage error line.
+
+        A worker whose python starts but cannot run xdist's worker (a
+        ``--tx popen//python=`` without pytest, say) goes down before it is
+        ready, and xdist would replace it again and again, then end in an
+        INTERNALERROR; it is the same fault as a python that is not there.
+        """
+        if error is None:
+            return
+        self._down[str(node.gateway.id)] = str(error)
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        if getattr(dsession, "shuttingdown", False):   # going down with the run (an interrupt): not a fault of its own
+            return
+        if getattr(node, "workerinfo", None) is None:   # never sent workerready: it did not start
+            raise pytest.UsageError(_unreachable(self.config, _last_line(error)))
 
     def no_replacement(self) -> None:
         """Start no worker in place of the one that just died: nothing is left to send it.
@@ -226,13 +242,23 @@ class Controller:
         return True
 
 
-def _unreachable(config: pytest.Config, exc: BaseException) -> str:
-    """One line for an xdist worker that could not be started: the --tx targets, what failed, the fix."""
+def _unreachable(config: pytest.Config, exc: BaseException | str) -> str:
+    """One line for an xdist worker that could not be started: the --tx targets, what failed, the fix.
+
+    ``exc`` is the exception the controller caught, or the last line of the
+    traceback the worker sent before it went down.
+    """
     targets = " ".join(f"--tx {t}" for t in (config.getoption("tx", None) or [])) or "-n"
-    why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:200]
+    why = (exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}").strip().rstrip(":")[:200]
     return (f"{targets}: an xdist worker could not be started ({why}); fix: check that the python the "
             f"target names runs and has pytest-agentperturb installed, that a socket= server is listening "
             f"at that address, that an ssh= host is reachable; or run without --tx")
+
+
+def _last_line(error: object) -> str:
+    """The last line of what a worker that went down sent (a remote traceback ends in the exception's line)."""
+    lines = [x.strip() for x in str(error).splitlines() if x.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 def scheduler(config: pytest.Config, log: Any, keep: int, controller: Controller | None = None) -> Any:

@@ -152,6 +152,39 @@ def _bound(rec: EpisodeRecord, limit: int = MAX_TRAJECTORY_CHARS) -> None:
     rec.trajectory = [*traj[:head], note, *traj[tail:]]
 
 
+def _keep_entries(ctx: EpisodeContext) -> str:
+    """Every entry of ``ctx.trajectory`` that is not a dict (agent code appended one) becomes a harness note.
+
+    The note holds the value as text (``repr``), so the grader, the report
+    and every reader of a trajectory see dicts only; a trajectory the agent
+    replaced by something other than a list is kept as one such note.
+    Returns why the episode is an ERROR, or ``""`` when every entry is a dict.
+    """
+    if not isinstance(ctx.trajectory, list):
+        ctx.trajectory = [cast(Entry, ctx.trajectory)]
+    traj = ctx.trajectory
+    odd = [i for i, e in enumerate(traj) if not isinstance(e, dict)]
+    if not odd:
+        return ""
+    first = type(traj[odd[0]]).__name__
+    for i in odd:
+        traj[i] = harness_note(f"kept as text: the agent appended a value of type {type(traj[i]).__name__}, "
+                               f"not an entry (a dict): {_repr(traj[i])}")
+    many = len(odd) > 1
+    return (f"the trajectory holds {len(odd)} entr{'ies' if many else 'y'} that {'are' if many else 'is'} "
+            f"not a dict (entry {odd[0]}: {first}); kept as text; fix: append dicts with a \"role\" "
+            f"(see pytest_agentperturb.model.trajectory) or leave the trajectory to ctx's channels "
+            f"(call_tool, ask_user, finish)")
+
+
+def _repr(x: Any) -> str:
+    """A short ``repr`` of ``x``, even when its ``repr`` raises."""
+    try:
+        return repr(x)[:200]
+    except Exception:  # noqa: BLE001 - a repr that raises
+        return f"<{type(x).__name__}>"
+
+
 def _as_json(x: Any, depth: int) -> Any:
     """``x`` with every value JSON cannot hold replaced by a short ``repr`` (and nesting past 64 levels cut)."""
     if isinstance(x, (str, int, float, bool)) or x is None:
@@ -160,10 +193,7 @@ def _as_json(x: Any, depth: int) -> Any:
         return {k if isinstance(k, str) else repr(k)[:200]: _as_json(v, depth + 1) for k, v in x.items()}
     if depth < 64 and isinstance(x, (list, tuple)):
         return [_as_json(v, depth + 1) for v in x]
-    try:
-        return f"<not JSON: {repr(x)[:200]}>"
-    except Exception:  # noqa: BLE001 - a repr that raises
-        return f"<not JSON: {type(x).__name__}>"
+    return f"<not JSON: {_repr(x)}>"
 
 
 async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed: int, timeout_s: float | None,
@@ -203,6 +233,9 @@ async def _play(task: Task, variant: Variant, agent: Agent, *, run_id: str, seed
         ctx.cancelled = True  # a blocking agent still running in its thread stops at its next call
     if ctx.agent_error and not rec.error:  # even when the agent caught it: the store keeps only JSON
         rec.error = f"AgentValueError: {ctx.agent_error}"[:500]
+    odd = _keep_entries(ctx)
+    if odd and not rec.error:  # never graded: the grader and the readers take entries that are dicts
+        rec.error = f"AgentValueError: {odd}"[:500]
     if ctx.simulator_error and not rec.error:  # even when the agent caught it: the user failed, not the agent
         rec.error = f"SimulatorError: {ctx.simulator_error}"[:500]
     rec.wall_s = round(time.perf_counter() - t0, 4)

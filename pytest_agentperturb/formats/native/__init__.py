@@ -20,8 +20,14 @@ SUITE_FILE = "suite.toml"
 
 
 def is_suite(path: Path) -> bool:
-    """Whether ``path`` is a folder in the native format."""
-    return (path / SUITE_FILE).is_file()
+    """Whether ``path`` is a folder in the native format: one that holds ``suite.toml``.
+
+    A ``suite.toml`` that is not a regular file (a FIFO, a socket, a folder)
+    counts too: the folder is meant as a suite, and loading it is then the
+    error that names the file (:func:`.loader.load_suite` reads only regular
+    files), never a folder passed over in silence.  Only ``stat`` is called.
+    """
+    return (path / SUITE_FILE).exists()
 
 
 class NativeSuiteAdapter:

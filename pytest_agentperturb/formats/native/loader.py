@@ -17,7 +17,9 @@
             edits.toml             optional: authored edits, per family (docs/authoring.md)
 
 The loader validates everything it reads and raises :class:`TaskFormatError`
-naming the file, the field, what was expected, what was found and the fix.
+naming the file, the field, what was expected, what was found and the fix;
+every image spec of ``environment.json`` is checked against the image limits
+when the task is loaded, not only when an episode draws it.
 Tools are the office's (:data:`.office.OFFICE`) and the document tools
 (:data:`.documents.DOCUMENTS`), together :data:`BUILTIN_TOOLS`; the grader
 is the declarative one (:class:`.grader.DeclarativeGrader`).
@@ -36,12 +38,13 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from ...model.errors import TaskFormatError, ToolError
+from ...model.limits import MAX_IMAGE_PIXELS, MAX_IMAGE_ROWS, MAX_IMAGE_TEXT
 from ...model.task import FACT_KINDS, SURFACE_FILES, TARGETS, TYPES, Fact, Step, Surfaces, Task, Turn, fill, select
 from ..authored import load_edits
 from ..python import ToolDef, environment_factory
 from .documents import DOCUMENTS
 from .grader import DeclarativeGrader, grade, validate_grader
-from .office import OFFICE
+from .office import OFFICE, image_specs
 
 #: Files that make up the grader, solution and verifier configuration; a
 #: variant must leave them byte-identical (docs/design.md section 2, rule 2).
@@ -93,7 +96,7 @@ def _regular(path: Path) -> None:
     """Refuse anything but a regular file before it is opened (opening a FIFO waits for a writer forever)."""
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise TaskFormatError(path, "(file)", "a regular file", _kind(mode),
+        raise TaskFormatError(path, "(file)", "a regular file (only regular files are read)", _kind(mode),
                               "replace it by a regular file with the content")
 
 
@@ -270,6 +273,7 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0, *,
     env = _json(env_path, "environment")
     if not isinstance(env, dict):
         raise TaskFormatError(env_path, "(top level)", "an object", type(env).__name__)
+    _check_images(env_path, env)
 
     tool_names = _want(tpath, meta, "tools", list, "a list of backend tool names")
     for name in tool_names:
@@ -320,6 +324,27 @@ def load_task(path: Path, suite: str | None = None, threshold: float = 1.0, *,
         tools=tuple(tool_names), threshold=task_threshold, initial_state=env,
         fingerprint=fingerprint, authored=load_edits(path),
     )
+
+
+def _check_images(env_path: Path, env: Mapping[str, Any]) -> None:
+    """Every image spec of the environment can be drawn within the limits, whether an episode draws it or not.
+
+    Laid out, never drawn (:func:`~...imaging.render.check`): a list past
+    ``MAX_IMAGE_ROWS`` entries is refused on its length alone, so a chart of
+    millions of rows costs nothing here instead of minutes and gigabytes later.
+    """
+    from ...imaging.render import SpecError, check
+
+    for where, spec in image_specs(env):
+        try:
+            check(spec)
+        except SpecError as exc:
+            field = f"{where}.{exc.field}" if exc.field else where
+            raise TaskFormatError(env_path, field, "an image spec that can be drawn within its limits "
+                                  f"({MAX_IMAGE_ROWS:,} entries per list, {MAX_IMAGE_TEXT:,} characters per "
+                                  f"string, {MAX_IMAGE_PIXELS:,} pixels)", str(exc).removeprefix("image spec: "),
+                                  exc.fix or "fix the image spec (its kinds and fields: "
+                                  "pytest_agentperturb.imaging.render)") from None
 
 
 def _check_schema(path: Path, i: int, t: Any) -> None:

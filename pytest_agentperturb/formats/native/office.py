@@ -4,7 +4,8 @@ Every built-in task's environment is a JSON document with collections such as
 ``calendar.events``, ``mail.inbox``/``mail.outbox``, ``files``, ``tickets``,
 ``contacts``, ``expenses`` and ``dashboards``; a file may be an image, kept
 as a spec (``{"path": ..., "image": {"kind": "document", ...}}``) that
-:func:`~pytest_agentperturb.imaging.render.render` draws on request.  Each tool here is registered in :data:`OFFICE`
+:func:`~pytest_agentperturb.imaging.render.render` draws on request (a dashboard's ``chart`` too;
+:func:`image_specs` lists them all, for the loader's checks).  Each tool here is registered in :data:`OFFICE`
 under its true name with its true argument schema.  Perturbations edit only
 what the agent is *told* (the tool surface); the backend never changes
 (docs/design.md section 1), so a call to an advertised-but-unregistered
@@ -15,6 +16,7 @@ an error observation.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -126,6 +128,24 @@ def _files_read(state: dict[str, Any], path: str) -> Any:
 
 def _image(spec: Any, caption: str) -> Observation:
     return Observation((TextPart(caption), _render(json.dumps(spec, sort_keys=True))))
+
+
+def image_specs(state: Any) -> Iterator[tuple[str, Any]]:
+    """Every image spec of an office state, with its path in the JSON: ``files[i].image``, ``dashboards[i].chart``.
+
+    What the image tools draw on request; the loader checks each one when a
+    task is loaded (:func:`~pytest_agentperturb.imaging.render.check`), so
+    an image the episode never draws is bounded too.  Reads, never edits,
+    the state; parts of another shape are left to the loader's other checks.
+    """
+    if not isinstance(state, dict):
+        return
+    for coll, key in (("files", "image"), ("dashboards", "chart")):
+        items = state.get(coll)
+        if isinstance(items, list):
+            for i, it in enumerate(items):
+                if isinstance(it, dict) and key in it:
+                    yield f"{coll}[{i}].{key}", it[key]
 
 
 @lru_cache(maxsize=128)
