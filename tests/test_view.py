@@ -107,6 +107,7 @@ def test_runs_over_time(explorer: Path) -> None:
     assert a["started"] <= b["started"] and a["version"] and a["seed"] == 0
     assert b["failures_link"] == f"{BASE}/explorer/failures_of_run?run_id=run-b"
     assert a["episodes_link"] == f"{BASE}/explorer/episodes?run_id=run-a"
+    assert a["selection"] == b["selection"] == "share-report and (clean or incorrect)"  # a subset run says so
 
 
 def test_episodes_verdicts_error_classes_and_pages(explorer: Path, store: Path) -> None:

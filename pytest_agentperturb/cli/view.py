@@ -73,6 +73,7 @@ RUN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("agent_failed", "INTEGER"), ("errors", "INTEGER"), ("success_rate", "REAL"), ("clean_success", "REAL"),
     ("perturbed_success", "REAL"), ("cost_usd", "REAL"), ("failures_link", "TEXT"), ("episodes_link", "TEXT"),
     ("models", "TEXT"), ("tasks", "INTEGER"), ("last_episode", "TEXT"), ("seed", "INTEGER"), ("version", "TEXT"),
+    ("selection", "TEXT"),
 )
 
 _LATEST = "(SELECT run_id FROM runs ORDER BY started DESC, run_id DESC LIMIT 1)"
@@ -241,11 +242,19 @@ def run_rows(tallies: Mapping[str, _RunTally], configs: Mapping[str, tuple[float
             run_id, _iso(start), t.n, t.passed, t.failed, t.errors, _rate(t.passed, t.passed + t.failed),
             _rate(*t.clean), _rate(*t.perturbed), None if t.cost is None else round(t.cost, 6), failures, episodes,
             ", ".join(t.models), len(t.tasks), _iso(t.last), seed if isinstance(seed, int) else None,
-            str(cfg.get("version", "")) or None)))
+            str(cfg.get("version", "")) or None, _selection(cfg))))
     return [row for _, _, row in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
 _ANCHOR = re.compile(r'\bid=["\']?(ep-[0-9a-f]{16})')
+
+
+def _selection(cfg: Mapping[str, Any]) -> str | None:
+    """The ``runs`` row's selection: the run's ``-k``/``-m``/families expression, "(all)" for a full run, None
+    for a run recorded before runs said so."""
+    if "selection" not in cfg:
+        return None
+    return str(cfg["selection"]) or "(all)"
 
 
 def page_links(pages: Path | None, base_url: str) -> Callable[[Mapping[str, Any]], str | None]:
@@ -344,6 +353,8 @@ def metadata(store: Path, store_db: str, pages: Path | None) -> dict[str, Any]:
                             "episodes_link": "the run's episodes",
                             "failures_link": "the run's failures (a canned query)",
                             "seed": "the run's seed; its whole configuration is in the store's runs table",
+                            "selection": "the run's -k / -m / --agentperturb-families selection; (all) for a "
+                                         "full run; blank for a run recorded before runs said so",
                         },
                     },
                     "episodes": {

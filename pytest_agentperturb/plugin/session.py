@@ -32,7 +32,7 @@ from .finish import Finish, Tally
 from .registries import Registries
 from .reporting import ReportHooks
 from .running import Runner
-from .subsets import Pairing
+from .subsets import Pairing, selection
 from .variants import variant_digest  # noqa: F401 (variant_digest: re-exported)
 
 SESSION_KEY = pytest.StashKey["AgentPerturbSession"]()
@@ -107,6 +107,7 @@ class AgentPerturbSession:
             config: dict[str, Any] = {
                 "seed": self.settings.seed, "models": list(self.runner_names()),
                 "families": list(self.settings.families), "version": __version__,
+                "selection": selection(session.config, self.settings),  # "" for a full run
             }
             if self.llm.user_model:
                 config["user_model"] = self.llm.user_model
