@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from .model.errors import OptionError
 from .model.options import OPTIONS, Option
 from .model.task import CLEAN, FAMILIES, TARGETS
-from .model.undefined import NO_CLEAN_PASSES, na
+from .model.undefined import NO_CLEAN_PASSES, detectable, na
 
 if TYPE_CHECKING:
     import argparse
@@ -535,7 +535,7 @@ def _power_note(flag: str, subject: str, rows: list[tuple[str, float, float, int
     """Says where a limit sits below the smallest drop the run could detect (80 % power, one-sided 2.5 %)."""
 
     def mdd(x: float) -> str:
-        return "none up to 100 %" if math.isinf(x) else f"{x:.0f} %"
+        return detectable(x, ".0f", "%")
 
     def cannot(limit: float) -> str:
         return "a small drop (the limit is 0 %)" if limit == 0 else f"a {limit:g} % drop"
@@ -593,7 +593,7 @@ def evaluate_regression(thresholds: Thresholds, versus: Comparison | None, episo
             subj = f"{r.model} on {r.suite} vs {r.baseline_model} ({versus.label})"
             mdc = float(getattr(r, "min_detectable", math.nan))
             if mdc == mdc and limit < mdc:
-                can = "none up to 100 points" if math.isinf(mdc) else f"{mdc:.0f} points"
+                can = detectable(mdc, ".0f", "points")
                 verdict.notes.append(
                     f"agentperturb gate: {flag} for {subj}: this run cannot tell a {limit:g}-point regression from "
                     f"noise (smallest rise of D it detects with 80 % power at one-sided 2.5 %: {can}, "

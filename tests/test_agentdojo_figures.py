@@ -52,3 +52,28 @@ def test_figures_count_clean_and_injection_episodes_only() -> None:
 def test_no_agentdojo_suite_no_figures() -> None:
     assert figures([_row("t1", "clean", True, suite="suites/workflows")]) == []
     assert figures_html([]) == ""
+
+
+def test_an_agentdojo_report_says_why_its_figures_are_missing() -> None:
+    """Only clean episodes and AgentDojo's injection tasks: no heatmap cell ran, no model has an overall D."""
+    from pytest_agentperturb import gate
+    from pytest_agentperturb.report import analyse, episode_table, render_page
+
+    rows = []
+    for model in ("acme/agent-7b", "reference/careful"):
+        for i in range(4):
+            for family in ("clean", "inserted-injection-slack-it01", "inserted-injection-slack-it02"):
+                ok = family == "clean" or i % 2 == 0
+                rows.append({**_row(f"slack-ut{i:02d}", family, ok, None if family == "clean" else not ok, model=model),
+                             "run_id": "r", "reward": float(ok), "seed": 0, "turns": 2, "trajectory": [],
+                             "baseline": model.startswith("reference/")})
+    table = episode_table(rows)
+    a = analyse(table, rows, replicates=20, permutations=20)
+    page = render_page(a, gate.evaluate(gate.Thresholds(), a), n_rows=len(table),
+                       extra_sections=[("AgentDojo's figures per suite", figures_html(figures(rows)))])
+    top = page[page.index("<div class=top>"):page.index("<nav>")]
+    heat = top[top.index("<svg"):top.index("</svg>")]
+    assert heat.count(">n/a</text>") == 12 and heat.count(">(not run)</text>") == 12   # every cell, with its reason
+    assert "no data" not in top and "class='models'" not in top      # nothing squeezed beside the heatmap
+    line = page[page.index("Per-model table: "):page.index("<div class=top>")]
+    assert "Per-model table: n/a (none of the 12 perturbation families has a scored pair" in line

@@ -185,7 +185,7 @@ def test_literal_against_a_careful_baseline_breaches_max_regression(pytester: py
                                  "[[]+*, +*[]] exact (rose), 28 tasks*")])
     page = report_of(r).read_text(encoding="utf-8")
     assert "Versus baseline" in page and "Gate: FAILED" in page
-    assert "(exact)" in page and "] exact</td>" in page                   # the change's dot plot and table
+    assert "(exact)" in page and "]</span> exact</td>" in page            # the change's dot plot and table
 
 
 def test_baseline_names_are_checked_before_anything_runs(pytester: pytest.Pytester, project: Path) -> None:

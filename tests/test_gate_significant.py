@@ -226,3 +226,26 @@ def test_a_perfect_clean_score_does_not_make_every_drop_detectable() -> None:
     at_least_six = 1 - sum(comb(336, k) * q ** k * (1 - q) ** (336 - k) for k in range(6))
     assert abs(at_least_six - 0.80) < 0.01
     assert min_detectable_drop(1.0, 28) > min_detectable_drop(1.0, 336)
+
+
+def test_an_undetectable_or_undefined_change_never_prints_inf() -> None:
+    """One task against a baseline: no change is detectable ("none up to 100 points"); a clean score of 0: n/a (why)."""
+    from pytest_agentperturb.analysis import analyze, extended_summary, extra_summary_lines
+    from pytest_agentperturb.report import render_page
+
+    def run(rid: str, clean: float, p: float) -> pd.DataFrame:
+        return normalise(pd.DataFrame([{"run_id": rid, "model": "m", "suite": "s", "task": "t0", "family": f,
+                                        "reward": clean if f == "clean" else p} for f in ("clean", "tool-missing")]))
+
+    a = analyze(run("new", 1.0, 0.0), replicates=50, permutations=50, baseline=run("old", 1.0, 1.0))
+    (line,) = [ln for ln in extra_summary_lines(a) if "versus" in ln and "change" in ln]
+    assert "detectable change: none up to 100 points (80% power, one-sided 2.5%)" in line, line
+    assert "inf" not in line and ", 1 task," in line, line
+    page = render_page(a, gate.evaluate(gate.Thresholds(), a))
+    start = page.index("id='versus-baseline'")
+    versus = page[start:page.index("<h2 ", start)]
+    assert "<td>none up to 100 points</td>" in versus and ">inf<" not in versus
+    json.dumps(extended_summary(a), allow_nan=False)             # inf and NaN are null in the JSON summary
+    b = analyze(run("new", 1.0, 0.0), replicates=50, permutations=50, baseline=run("old", 0.0, 0.0))
+    (line,) = [ln for ln in extra_summary_lines(b) if "versus" in ln and "change" in ln]
+    assert line.endswith(", detectable change: n/a (no clean passes)") and "nan" not in line.lower(), line

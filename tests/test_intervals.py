@@ -337,7 +337,7 @@ def test_agentperturb_analyze_says_exact_in_the_terminal_json_and_report(tmp_pat
     fam = [r for r in summary["drops"] if r["level"] == "tool-missing" and r["model"] == "m"]
     assert fam[0]["interval_method"] == "exact" and fam[0]["ci_low"] < fam[0]["ci_high"] == 100.0
     page = html.read_text()
-    assert "<td class=ci>[-1931.9 %, 100.0 %] exact</td>" in page              # the family row, in the table
+    assert "<td class=ci><span class=iv>[-1931.9 %, 100.0 %]</span> exact</td>" in page   # the family row
     assert "(exact)" in page                                                  # the dot plot's labels
 
 

@@ -187,13 +187,19 @@ def test_the_workers_checks_column_names_what_the_trajectory_does() -> None:
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+# The lines an interval of a table takes: the text of a td.ci from its start to its first "]", laid out.
 _MEASURE = ("<script>window.addEventListener('load',()=>{for(const d of document.querySelectorAll('details'))"
-            "d.open=true;const e=document.documentElement,p=document.createElement('pre');"
-            "p.textContent='SCROLL '+e.scrollWidth+' '+e.clientWidth;document.body.appendChild(p);});</script>")
+            "d.open=true;const e=document.documentElement,p=document.createElement('pre');let most=0;"
+            "for(const td of document.querySelectorAll('td.ci')){const w=document.createTreeWalker(td,4);let first=null,n;"
+            "while((n=w.nextNode())){first=first||n;const i=n.data.indexOf(']');if(i>=0){const r=document.createRange();"
+            "r.setStart(first,0);r.setEnd(n,i+1);most=Math.max(most,new Set([...r.getClientRects()]"
+            ".map(x=>Math.round(x.top))).size);break;}}}"
+            "p.textContent='SCROLL '+e.scrollWidth+' '+e.clientWidth+' '+most;document.body.appendChild(p);});</script>")
 
 
-def _widths(page: Path, tmp: Path, width: int) -> tuple[int, int]:
-    """(scrollWidth, clientWidth) of a copy of ``page`` in headless Chromium, every <details> opened."""
+def _widths(page: Path, tmp: Path, width: int) -> tuple[int, int, int]:
+    """(scrollWidth, clientWidth, most lines an interval takes) of a copy of ``page`` in headless Chromium,
+    every <details> opened."""
     probe = page.with_name(f".probe-{page.name}")
     probe.write_text(page.read_text(encoding="utf-8") + _MEASURE, encoding="utf-8")
     try:
@@ -203,9 +209,9 @@ def _widths(page: Path, tmp: Path, width: int) -> tuple[int, int]:
                              capture_output=True, text=True, timeout=120)
     finally:
         probe.unlink()
-    m = re.search(r"SCROLL (\d+) (\d+)", res.stdout)
+    m = re.search(r"SCROLL (\d+) (\d+) (\d+)", res.stdout)
     assert m, res.stderr[-2000:]
-    return int(m.group(1)), int(m.group(2))
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed: the 800 px check needs a real browser")
@@ -213,5 +219,23 @@ def test_the_pages_read_at_800_px_without_sideways_scrolling(tmp_path: Path) -> 
     main, _ = report(rows(long_names=True), tmp_path / "agentperturb.html")   # long task names and checks
     task = next(p for p in sorted(pages_folder(main).rglob("*.html")) if p.name != "index.html")
     for p in (main, task, pages_folder(main) / "index.html"):
-        scroll, client = _widths(p, tmp_path, 800)
+        scroll, client, lines = _widths(p, tmp_path, 800)
         assert client <= 800 and scroll <= client, (p.name, scroll, client)
+        assert lines <= 1, (p.name, lines)         # an interval ([19.6 %, 26.2 %]) never wraps
+
+
+def test_cut_text_ends_at_a_word_and_says_so() -> None:
+    """A failed check (or an error) too long for its cell is cut after a whole word, with "…" (never mid-word)."""
+    from pytest_agentperturb.formats.native.grader import check_result
+    from pytest_agentperturb.model.trajectory import clip
+
+    text = "Dear Tomás, your interview is confirmed " + "for the final round at the office " * 8
+    name, ok = check_result({"path": "note", "contains": "CC-4410"}, {"note": text}, "")   # the grader's own cut
+    assert not ok and len(name) <= 200 and name.endswith(" at…"), name
+    row = {"run_id": "r", "model": "m", "suite": "s", "task": "t", "family": "user-missing", "reward": 0.0,
+           "success": False, "error": "", "trajectory": "[]", CHECKS: [text * 2]}
+    (shown,) = re.findall(r"✗ ([^<]*)", failures_section([row], "p"))
+    assert shown.endswith("…") and len(shown) <= 200 and (text * 2).startswith(shown[:-1] + " "), shown
+    assert clip("short", 10) == "short" and clip("aaaa bbbb cccc", 10) == "aaaa bbbb…"
+    assert clip("the day before. Kind regards", 20) == "the day before…"
+    assert clip("x" * 40, 10) == "x" * 9 + "…"                  # no word boundary near: cut mid-word, still marked

@@ -230,3 +230,37 @@ def test_pytest_html_extras(pytester: pytest.Pytester, suite_path: Path) -> None
     assert f"id='{url.fragment}'" in page.read_text(encoding="utf-8")
     body = " ".join(str(e.get("content", "")) for e in extras)
     assert "verdict <b>" in body and "<span class='add'>" in body
+
+
+def test_undefined_figures_of_the_report_say_why(page: str) -> None:
+    """The suite average's per-model figures and a correlation over too few models read ``n/a (why)``, never bare."""
+    start = page.index("class='models'")
+    models = page[start:page.index("</table>", start)]
+    average = models[models.index("all models (suite average)"):]
+    assert average.count("<td>n/a (per model only)</td>") == 3       # harmful flips, bypass, smallest detectable D
+    start = page.index("Clean score vs D")
+    clean = page[start:page.index("</table>", start)]
+    assert clean.count("<td>n/a (fewer than 3 models)</td>") == 2    # rho and p, over one real model
+    assert "<td>n/a</td>" not in models + clean
+
+
+def test_the_gate_box_counts_its_breaches_and_shows_its_notes_apart() -> None:
+    p = build(rows(), thresholds=parse({"max_family_drop": ["30"]}), replicates=50, permutations=100)
+    v = p.verdict
+    assert v.breaches and v.notes                    # breaches, a power note and the baselines' note
+    start = p.html.index("<div class='gate fail'>")
+    box = p.html[start:p.html.index("</div>", start)]
+    assert f"Gate: FAILED — {len(v.breaches)} threshold breach(es)." in box
+    assert box.count("<li>") == len(v.breaches)
+    assert not any(html.escape(n, quote=True) in box for n in v.notes)
+    start = p.html.index("<div class='gate notes'>")
+    notes = p.html[start:p.html.index("</div>", start)]
+    assert f"Gate notes ({len(v.notes)}), not breaches:" in notes and notes.count("<li>") == len(v.notes)
+    assert any("cannot tell a 30 % drop from noise" in n for n in v.notes)
+    assert all(html.escape(n, quote=True) in notes for n in v.notes)
+
+
+def test_heatmap_cells_say_why_they_have_no_value() -> None:
+    s = svg.heatmap([[float("nan"), 5.0]], ["r"], ["a", "b"], whys=[["no <pairs>", "unused"]])
+    assert ">n/a</text>" in s and ">(no &lt;pairs&gt;)</text>" in s and "<title>r x a: n/a (no &lt;pairs&gt;)</title>" in s
+    assert "unused" not in s and ">5.0%</text>" in s                 # a cell with a value needs no reason

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .defaults import N_BOOTSTRAP, N_PERMUTATIONS
 from .table import DROP_REASONS, describe_drops, normalise, pairing_audit, pairs, pooled, pooled_models, scored
-from ..model.undefined import drop_why, figure, na, undefined
+from ..model.undefined import NO_CLEAN_PASSES, detectable, drop_why, figure, na, undefined
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -233,6 +233,16 @@ def _detectable(r: Any) -> str:
     return out + (f"  {undef} bootstrap replicate(s) with clean 0 (no D)" if undef else "")
 
 
+def _detectable_change(m: Any) -> str:
+    """The smallest rise of D against the baseline run a row detects: infinite and undefined ones say so (never ``inf``)."""
+    power = " (80% power, one-sided 2.5%)"
+    if undefined(m):   # either run's clean score is 0
+        return f"detectable change: {na(NO_CLEAN_PASSES)}"
+    if math.isfinite(float(m)):
+        return f"detectable change >= {float(m):.0f} points{power}"
+    return f"detectable change: {detectable(m, '.0f', 'points')}{power}"
+
+
 def extra_summary_lines(a: Analysis) -> list[str]:
     """Terminal lines for repeated trials (pass@1 / pass^k / pass@k, the noise floor) and the baseline comparison."""
     from .repeats import NOT_DISTINGUISHABLE
@@ -269,9 +279,8 @@ def extra_summary_lines(a: Analysis) -> list[str]:
             lines.append(f"{r.model:<22} {r.suite:<12} versus {v.label} ({r.baseline_model}): "
                          f"D {_pct(r.d_current)} vs {_pct(r.d_baseline)}, "
                          f"change {figure(r.delta, '+.1f', 'a D undefined')} points {ci} "
-                         f"({r.verdict}), {int(r.n_tasks)} tasks"
-                         + (f", detectable change >= {r.min_detectable:.0f} points (80% power, one-sided 2.5%)"
-                            if r.min_detectable == r.min_detectable else ""))
+                         f"({r.verdict}), {int(r.n_tasks)} task{'' if int(r.n_tasks) == 1 else 's'}"
+                         + f", {_detectable_change(r.min_detectable)}")
         if len(v.mismatches):
             why = v.mismatches["reason"].value_counts().sort_index()
             lines.append(f"versus {v.label}: left out {len(v.mismatches)} (task, family) pair(s): "

@@ -3,7 +3,12 @@
 The terminal summary and the HTML report format their figures through
 :func:`figure`; :func:`drop_why` says why a relative drop D (and its
 interval) is undefined for a row of the degradation table: no scored
-clean/perturbed pair, or a clean score of 0 (D divides by it).
+clean/perturbed pair, or a clean score of 0 (D divides by it);
+:func:`correlation_why` says why a rank correlation (and its p) is;
+:func:`detectable` words the smallest detectable drop or change, infinite
+("none up to 100 %") or undefined.  The
+other reasons a figure can lack are the constants below, so every reader
+words them alike.
 """
 
 from __future__ import annotations
@@ -16,6 +21,12 @@ from typing import Any
 NO_PAIRS = "no scored pairs"
 #: D and its interval are undefined: the clean score is 0 (no clean episode passed).
 NO_CLEAN_PASSES = "no clean passes"
+#: A family (a heatmap cell) that did not run for the model (or for any model).
+NOT_RUN = "not run"
+#: A figure computed per model only, never for the suite average (pooled) row.
+PER_MODEL = "per model only"
+#: A rank correlation needs this many pairs.
+MIN_CORRELATION_N = 3
 
 
 def undefined(v: Any) -> bool:
@@ -38,6 +49,17 @@ def figure(v: Any, spec: str, why: str = "") -> str:
     return na(why) if undefined(v) else format(float(v), spec)
 
 
+def detectable(v: Any, spec: str, unit: str, why: str = "") -> str:
+    """The smallest detectable drop or change: ``none up to 100 <unit>`` when infinite, :func:`na` of ``why`` when undefined.
+
+    Infinite: no test at this size can reject at one-sided 2.5 % (too few
+    clean passes, or too few tasks against a baseline run).
+    """
+    if undefined(v):
+        return na(why)
+    return f"none up to 100 {unit}" if math.isinf(float(v)) else f"{format(float(v), spec)} {unit}"
+
+
 def drop_why(row: Mapping[str, Any]) -> str:
     """Why a row's relative drop is undefined: :data:`NO_PAIRS`, :data:`NO_CLEAN_PASSES`, or "" (not known)."""
     pairs = row.get("n_pairs")
@@ -47,6 +69,12 @@ def drop_why(row: Mapping[str, Any]) -> str:
     if clean is not None and not undefined(clean) and float(clean) == 0:
         return NO_CLEAN_PASSES
     return ""
+
+
+def correlation_why(n: Any, of: str) -> str:
+    """Why a Spearman rho (and its p) over ``n`` ``of`` (models, tasks) is undefined: too few, or one side constant."""
+    count = 0 if undefined(n) else int(float(n))
+    return f"fewer than {MIN_CORRELATION_N} {of}" if count < MIN_CORRELATION_N else f"no variation across the {of}"
 
 
 def empty_why(row: Mapping[str, Any]) -> str:

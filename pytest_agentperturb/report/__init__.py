@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from ..model.errors import AgentPerturbError
 from ..model.task import CLEAN
+from ..model.undefined import NO_CLEAN_PASSES, NO_PAIRS, PER_MODEL, na
 from . import sections as rs
 from .sections import records
 from .failures import failure_columns, failures_section
@@ -79,39 +80,64 @@ def analyse(table: pd.DataFrame, rows: Iterable[Mapping[str, Any]] = (), *,
 
 
 def _gate_box(v: Verdict) -> str:
+    """The verdict: the breaches (counted in the title), then the gate's notes apart, styled as notes."""
     if not v.thresholds.configured:
         strict = " Strict mode: every compliance fails its test." if v.thresholds.strict else ""
         return ("<div class='gate none'>Gate: no thresholds configured (see --agentperturb-max-drop, "
                 f"--agentperturb-max-family-drop, --agentperturb-min-bypass ...).{esc(strict)}</div>")
+    notes = (f"<div class='gate notes'>Gate notes ({len(v.notes)}), not breaches:<ul>"
+             + "".join(f"<li>{esc(n)}</li>" for n in v.notes) + "</ul></div>") if v.notes else ""
     if not v.failed:
-        notes = "".join(f"<li>{esc(n)}</li>" for n in v.notes)
-        return f"<div class='gate pass'>Gate: PASSED — every threshold met.<ul>{notes}</ul></div>"
-    items = "".join(f"<li>{esc(line)}</li>" for line in v.lines())
-    return f"<div class='gate fail'>Gate: FAILED — {len(v.breaches)} threshold breach(es).<ul>{items}</ul></div>"
+        return f"<div class='gate pass'>Gate: PASSED — every threshold met.</div>{notes}"
+    items = "".join(f"<li>{esc(b.line())}</li>" for b in v.breaches)
+    return (f"<div class='gate fail'>Gate: FAILED — {len(v.breaches)} threshold breach(es).<ul>{items}</ul></div>"
+            f"{notes}")
 
 
 def _model_table(a: Analysis) -> str:
+    """Per model and suite: C, P, D with its interval, harmful flips, bypass and what they rest on ("" without rows).
+
+    Harmful flips (of the 12 families' clean passes) and bypass are per
+    model: the suite average row says so (``n/a (per model only)``), and a
+    model's undefined figure says why.
+    """
     import pandas as pd
 
     ov = a.drops[a.drops["level_kind"] == "overall"]
+    if not len(ov):
+        return ""
     mal = a.malleability.set_index(["model", "suite"]) if len(a.malleability) else None
     ep = a.episodes[["model", "suite", "family", "compliance", "error"]]
     comp = ep[(ep["family"] != CLEAN) & ep["compliance"].notna() & (ep["error"] == "")]
     bypass = {k: 1.0 - float(g["compliance"].astype(bool).mean()) for k, g in comp.groupby(["model", "suite"])}
     rows = []
+    perturbed = {k for k, g in ep[(ep["family"] != CLEAN) & (ep["error"] == "")].groupby(["model", "suite"])}
     for r in ov.to_dict("records"):
         k = (r["model"], r["suite"])
         r["harmful_rate"] = float(mal.loc[k, "harmful_rate"]) if mal is not None and k in mal.index else None
         r["bypass_rate"] = bypass.get(k)
+        if r["model"] == rs.ALL_MODELS:
+            r["harmful_rate_why"] = r["bypass_rate_why"] = PER_MODEL
+        else:
+            r["harmful_rate_why"] = NO_CLEAN_PASSES if r["harmful_rate"] is not None else NO_PAIRS
+            r["bypass_rate_why"] = "no compliance verdict" if k in perturbed else "no perturbed episodes"
         rows.append(r)
     base = rs.baselines(a)
     rows.sort(key=lambda r: (r["suite"], r["model"] == rs.ALL_MODELS, r["model"] in base, r["model"]))
-    return rs.table(pd.DataFrame(rows), baselines=base, fold_over=None, cols=[
+    return rs.table(rs.drop_whys(pd.DataFrame(rows)), baselines=base, fold_over=None, cols=[
         ("model", "model", "model"), ("suite", "suite", "s"), ("clean C", "clean", "f3"),
         ("perturbed P", "perturbed", "f3"), ("relative drop D", "relative_drop", "pct"), ("95% CI", "ci", "pct"),
         ("harmful flips", "harmful_rate", "rate"), ("bypass", "bypass_rate", "rate"),
         ("tasks", "n_tasks", "i"), ("perturbed episodes", "n_perturbed", "i"), ("pairs", "n_pairs", "i"),
         ("dropped", "n_dropped", "i"), ("smallest detectable D", "min_detectable", "pct")], cls="models")
+
+
+def _no_overall_why(a: Analysis) -> str:
+    """Why no model has an overall row (D over the 12 families): nothing paired, or none of the 12 ran."""
+    if not len(a.drops):
+        return "no scored clean/perturbed pair"
+    return ("none of the 12 perturbation families has a scored pair; inserted objects have their own rows "
+            "under Degradation")
 
 
 def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
@@ -137,7 +163,10 @@ def render_page(a: Analysis | None, verdict: Verdict, *, settings: Any = None,
         out.append("<p>No episodes.</p></body></html>\n")
         return "".join(out)
     out += [f"<p class=muted>{esc(n)}</p>" for n in a.notes]
-    out.append("<div class=top><div>" + _model_table(a) + "</div>")
+    models = _model_table(a)
+    if not models:   # said in a line of its own, not squeezed beside the heatmap
+        out.append(f"<p class=muted>Per-model table: {esc(na(_no_overall_why(a)))}.</p>")
+    out.append("<div class=top>" + (f"<div>{models}</div>" if models else ""))
     for suite in sorted(set(a.drops["suite"])):
         out.append("<div>" + rs.heatmap_for(a, rs.ALL_MODELS, suite,
                                              title=f"{suite}: relative drop D by target x type, all models") + "</div>")

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..model.trajectory import clip
 from .svg import esc
 
 #: A suite's family table is folded (``<details>``) above this many families (as the report's other tables).
@@ -85,7 +86,7 @@ def coverage_html(cov: Sequence[SuiteCoverage]) -> str:
         out.append("<table><tr><th class=l>family</th><th>tasks run</th><th>tasks skipped</th>"
                    "<th class=l>why skipped (variants)</th></tr>")
         for fam in fams:
-            why = "<br>".join(f"{esc(reason[:400])} ({n})" for reason, n in c.reasons[fam].most_common(3))
+            why = "<br>".join(f"{esc(clip(reason, 400))} ({n})" for reason, n in c.reasons[fam].most_common(3))
             out.append(f"<tr><td class=l>{esc(fam)}</td><td>{len(c.run.get(fam, ()))}</td>"
                        f"<td>{len(c.skipped.get(fam, ()))}</td><td class=l>{why}</td></tr>")
         out.append("</table>" + ("</details>" if len(fams) > FOLD_ROWS else ""))

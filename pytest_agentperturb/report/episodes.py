@@ -19,6 +19,7 @@ from typing import Any
 from ..model.jsontext import dumper
 from ..model.ownership import AGENT, agent_traceback, error_kind, heading
 from ..model.protocols import IMAGE_TYPES
+from ..model.trajectory import clip
 from .svg import esc
 
 #: The stylesheet of every report page (inline: the pages load nothing).
@@ -31,6 +32,7 @@ td.l,th.l{text-align:left}td.ci{color:#555;font-size:.9em}.muted{color:#666}
 .tag{font-size:.75em;padding:.05em .35em;border-radius:3px;background:#ddd}.baseline{background:#ffe9a8}
 .gate{padding:.5em .8em;border-radius:4px;margin:.5em 0;font-weight:600}.gate ul{margin:.2em 0;font-weight:400}
 .gate.pass{background:#e3f4e6;color:#186a2c}.gate.fail{background:#fbe3e3;color:#a11}.gate.none{background:#eee}
+.gate.notes{background:#f4f4f4;color:#444;font-weight:400;border-left:3px solid #bbb}.iv{white-space:nowrap}
 .top{display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start}.grid{display:flex;flex-wrap:wrap;gap:1em}
 pre{white-space:pre-wrap;background:#f8f8f8;padding:.4em;margin:.2em 0;max-height:24em;overflow:auto}
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:1em}ol.traj{padding-left:1.6em;margin:.2em 0}
@@ -46,7 +48,8 @@ table{display:block;overflow-x:auto;max-width:100%}svg{max-width:100%;height:aut
 body{overflow-wrap:break-word}code{overflow-wrap:anywhere}details.fold{margin:.4em 0}
 details.fold>summary{cursor:pointer;padding:.15em 0}details.fold[open]>summary{margin-bottom:.3em}
 table.failures th.l{background:#eef2f7}table.failures td.l{max-width:34em}
-@media (max-width:900px){body{margin:.5em .6em}td,th{padding:.1em .2em;font-size:11px}td.ci{font-size:10.5px}}
+@media (max-width:900px){body{margin:.5em .6em}td,th{padding:.1em .2em;font-size:11px}td.ci{font-size:10.5px}
+table.models td,table.models th{font-size:10.5px}table.models td.ci{font-size:10px}}
 @media (max-width:640px){.pair{grid-template-columns:minmax(0,1fr)}.pair>.clean{position:static;max-height:none}}
 """
 
@@ -225,7 +228,7 @@ def error_html(r: Mapping[str, Any], limit: int | None = None) -> str:
     traj = load_json_list(r.get("trajectory"))
     text = str(error)
     if limit is not None:
-        text = text[:limit]
+        text = clip(text, limit)
     out = f"<span class=err>{esc(heading(text, traj))}</span>"
     tb = agent_traceback(traj) if limit is None and error_kind(error, traj) == AGENT else ""
     return out + (f"<pre class=err>{esc(tb)}</pre>" if tb else "")

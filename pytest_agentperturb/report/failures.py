@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..model.task import CLEAN, FAMILIES, INSERTED
+from ..model.trajectory import clip
 from ..model.trajectory import failed_checks as trajectory_failed_checks
 from .episodes import episode_anchor, error_html, load_json_list, verdict
 from .pages import page_path
@@ -28,7 +29,7 @@ from .svg import esc
 
 #: At most this many failing episodes are listed per (suite, family, model) on the main page.
 MAX_PER_MODEL = 20
-#: At most this many failed grader checks are shown per episode (each cut to :data:`CHECK_CHARS`).
+#: At most this many failed grader checks are shown per episode (each cut to :data:`CHECK_CHARS`, at a word).
 MAX_CHECKS, CHECK_CHARS = 3, 200
 
 _ORDER = {f: i for i, f in enumerate((CLEAN, *FAMILIES, *INSERTED))}
@@ -91,7 +92,7 @@ def _checks_html(r: Mapping[str, Any]) -> str:
     checks = [str(c) for c in given] if isinstance(given, (list, tuple)) else failed_checks(r.get("trajectory"))
     if not checks:
         return "<span class=muted>no failed check recorded</span>"
-    shown = "<br>".join(f"✗ {esc(c[:CHECK_CHARS] + ('…' if len(c) > CHECK_CHARS else ''))}" for c in checks[:MAX_CHECKS])
+    shown = "<br>".join(f"✗ {esc(clip(c, CHECK_CHARS))}" for c in checks[:MAX_CHECKS])
     return shown + (f" <span class=muted>(+{len(checks) - MAX_CHECKS} more)</span>" if len(checks) > MAX_CHECKS else "")
 
 

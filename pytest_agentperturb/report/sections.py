@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.task import CLEAN, TARGETS, TYPES
-from ..model.undefined import drop_why, empty_why, figure, na, undefined
+from ..model.undefined import (NO_CLEAN_PASSES, NO_PAIRS, NOT_RUN, PER_MODEL, correlation_why, detectable, drop_why,
+                                empty_why, figure, na, undefined)
 from .failures import failure_anchor
 from .svg import box_pairs, correlation_matrix, dot_intervals, esc, heatmap, trend_chart
 
@@ -51,7 +52,9 @@ def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return na()
     if kind == "pct":
-        return "none up to 100 %" if float(v) == math.inf else f"{float(v):.1f} %"
+        return detectable(v, ".1f", "%") if float(v) == math.inf else f"{float(v):.1f} %"
+    if kind == "pts":
+        return detectable(v, ".0f", "points")
     if kind == "rate":
         return f"{float(v):.2f}"
     if kind == "f3":
@@ -67,7 +70,9 @@ def fmt(v: Any, kind: str, base: frozenset[str] = frozenset()) -> str:
 
 
 Col = tuple[str, str, str]   # header, column (or "ci"), kind
-_NUMERIC = frozenset({"pct", "rate", "f3", "f0", "i", "p"})
+_NUMERIC = frozenset({"pct", "pts", "rate", "f3", "f0", "i", "p"})
+#: A row's ``<column>_why`` (if set) says why its figure in ``<column>`` is undefined (else :func:`empty_why`).
+WHY = "_why"
 
 
 def fold(title: str, body: str, n_rows: int, *, heading: bool = True) -> str:
@@ -82,7 +87,12 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
     """An escaped HTML table of ``df``; ``("95% CI", "ci", "pct")`` renders ``[ci_low, ci_high]``.
 
     ``title`` (if given) heads it; a table of more than ``fold_over`` rows
-    (None: never) is folded behind that heading (:func:`fold`).
+    (None: never) is folded behind that heading (:func:`fold`).  An
+    undefined figure reads ``n/a (why)``: the row's ``<column>_why`` where it
+    has one (:data:`WHY`), else what :func:`empty_why` or :func:`drop_why`
+    knows.  An interval stays on one line (``<span class=iv>``; an ``exact``
+    after it may wrap); a column of kind ``"interval"`` holds interval text
+    laid out the same way.
     """
     head_html = f"<h3>{esc(title)}</h3>" if title else ""
     if not len(df):
@@ -99,11 +109,14 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
                     tds.append(f"<td class=ci>{esc(na(drop_why(r)))}</td>")
                 else:
                     ex = " exact" if r.get("interval_method") == "exact" else ""
-                    tds.append(f"<td class=ci>[{fmt(lo, k)}, {fmt(hi, k)}]{ex}</td>")
+                    tds.append(f"<td class=ci><span class=iv>[{fmt(lo, k)}, {fmt(hi, k)}]</span>{ex}</td>")
             elif c == "relative_drop" and undefined(r.get(c)):
                 tds.append(f"<td>{esc(na(drop_why(r)))}</td>")
             elif k in _NUMERIC and undefined(r.get(c)):
-                tds.append(f"<td>{esc(na(empty_why(r)))}</td>")
+                why = r.get(c + WHY)
+                tds.append(f"<td>{esc(na(why if isinstance(why, str) and why else empty_why(r)))}</td>")
+            elif k == "interval":
+                tds.append(f"<td class=ci><span class=iv>{esc(r.get(c))}</span></td>")
             else:
                 tds.append(f"<td{' class=l' if k in ('s', 'model') else ''}>{fmt(r.get(c), k, baselines)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
@@ -116,7 +129,10 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
 
 
 def heatmap_for(a: Analysis, model: str, suite: str, *, title: str = "") -> str:
-    """The 4x3 target-by-type heatmap of D for a model (or all models) with bootstrap intervals."""
+    """The 4x3 target-by-type heatmap of D for a model (or all models) with bootstrap intervals.
+
+    A cell without D says why (:func:`_cell_why`): not run, no scored pair, no clean passes.
+    """
     d = a.drops[(a.drops["model"] == model) & (a.drops["suite"] == suite) & (a.drops["level_kind"] == "family")]
     by = {r["level"]: r for r in d.to_dict("records")}
     vals = [[float(by.get(f"{t}-{k}", {}).get("relative_drop", float("nan"))) for k in TYPES] for t in TARGETS]
@@ -125,7 +141,29 @@ def heatmap_for(a: Analysis, model: str, suite: str, *, title: str = "") -> str:
     ran = _ran(a, suite)
     links = [[(f"#{failure_anchor(suite, fam)}" if model == ALL_MODELS else f"#{failure_anchor(suite, fam, model)}")
               if (fam := f"{t}-{k}") in ran.get(model, ()) else None for k in TYPES] for t in TARGETS]
-    return heatmap(vals, TARGETS, TYPES, title=title, intervals=ints, links=links)
+    whys = [[_cell_why(by.get(f"{t}-{k}"), f"{t}-{k}" in ran.get(model, ())) for k in TYPES] for t in TARGETS]
+    return heatmap(vals, TARGETS, TYPES, title=title, intervals=ints, links=links, whys=whys)
+
+
+def _cell_why(row: dict[str, Any] | None, ran: bool) -> str:
+    """Why a heatmap cell has no D: its family did not run, ran with no scored pair, or its clean score is 0."""
+    if row is None:
+        return NO_PAIRS if ran else NOT_RUN
+    return drop_why(row)
+
+
+def drop_whys(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the drop table with why their evidence columns may be undefined (:data:`WHY`).
+
+    The exact p and the smallest detectable D are computed per model only
+    (:data:`PER_MODEL` on a suite average row); elsewhere they lack for the
+    reason D does (:func:`drop_why`, a clean score of 0 mostly).
+    """
+    if not len(df):
+        return df
+    whys = [PER_MODEL if str(m) == ALL_MODELS else drop_why(r)
+            for m, r in zip(df["model"], df[["n_pairs", "clean"]].to_dict("records"))]
+    return df.assign(min_detectable_why=whys, p_exact_why=whys)
 
 
 def _ran(a: Analysis, suite: str) -> dict[str, set[str]]:
@@ -157,7 +195,7 @@ def degradation(a: Analysis) -> str:
                 f"<div>{heatmap_for(a, m, suite, title=m + (' (baseline)' if m in baselines(a) else ''))}</div>"
                 for m in models) + "</div>")
         out.append("<details class=fold><summary><b>every level, every model</b></summary>" + table(
-            a.drops[a.drops["suite"] == suite], baselines=baselines(a), fold_over=None, cols=[("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
+            drop_whys(a.drops[a.drops["suite"] == suite]), baselines=baselines(a), fold_over=None, cols=[("model", "model", "model"), ("level", "level_kind", "s"), ("", "level", "s"),
              ("clean C", "clean", "f3"), ("perturbed P", "perturbed", "f3"), ("D", "relative_drop", "pct"),
              ("95% CI", "ci", "pct"), ("episodes", "n_perturbed", "i"), ("pairs", "n_pairs", "i"),
              ("dropped", "n_dropped", "i"), ("why", "dropped_why", "s"),
@@ -202,6 +240,20 @@ def compliance(a: Analysis) -> str:
                                             ("operator", "operator", "s"), *cols]))
 
 
+def _correlation_whys(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (predictor rows) with why each undefined rho and p is: too few models or tasks, or one side constant.
+
+    Capability and the clean score correlate across models; every other
+    predictor (a task property) across tasks.
+    """
+    if not len(df):
+        return df
+    preds = df["predictor"] if "predictor" in df.columns else [""] * len(df)
+    whys = [correlation_why(n, "models" if str(p) == "capability" or str(p).startswith("clean_score") else "tasks")
+            for n, p in zip(df["n"], preds)]
+    return df.assign(rho_why=whys, p_value_why=whys)
+
+
 def predictors(a: Analysis, has_capability: bool) -> str:
     note = "" if has_capability else (
         "<p class=muted>No capability table was given: pass <code>--capability capability.csv</code> "
@@ -210,12 +262,12 @@ def predictors(a: Analysis, has_capability: bool) -> str:
     return (f"<p>Spearman ρ with a two-sided permutation test ({a.permutations:,} random assignments). Across "
             "models the outcome is −D (positive ρ: the predictor goes with robustness); across tasks it is the "
             "per-task D.</p>" + note
-            + table(a.predictors, [("suite", "suite", "s"), ("predictor", "predictor", "s"),
+            + table(_correlation_whys(a.predictors), [("suite", "suite", "s"), ("predictor", "predictor", "s"),
                                    ("outcome", "outcome", "s"), ("ρ", "rho", "f3"), ("p", "p_value", "p"),
                                    ("n", "n", "i")])
             + "<h3>Clean score vs D (biased; not comparable evidence)</h3><p class=muted>C is inside D, so "
             "this correlation is biased by construction; C and D come from disjoint halves of the tasks.</p>"
-            + table(a.clean_score, [("suite", "suite", "s"), ("ρ", "rho", "f3"), ("p", "p_value", "p"),
+            + table(_correlation_whys(a.clean_score), [("suite", "suite", "s"), ("ρ", "rho", "f3"), ("p", "p_value", "p"),
                                     ("n", "n", "i"), ("caveat", "caveat", "s")]))
 
 
@@ -399,8 +451,8 @@ def repeats(a: Analysis) -> str:
                 ("tasks", "n_tasks", "i"), ("pass@1", "pass_at_1", "rate"), ("pass^k", "pass_hat_k", "rate"),
                 ("pass@k", "pass_at_k", "rate"), ("pass^1..pass^k", "pass_hat_curve", "curve"),
                 ("flip rate", "flip_rate", "rate"),
-                ("noise floor", "noise_floor", "rate"), ("excess", "excess", "f3"), ("95% CI", "excess_ci", "s"),
-                ("verdict", "verdict", "s"), ("D", "relative_drop", "pct"), ("D 95% CI", "d_ci", "s")]))
+                ("noise floor", "noise_floor", "rate"), ("excess", "excess", "f3"), ("95% CI", "excess_ci", "interval"),
+                ("verdict", "verdict", "s"), ("D", "relative_drop", "pct"), ("D 95% CI", "d_ci", "interval")]))
 
 
 def versus_baseline(a: Analysis) -> str:
@@ -422,13 +474,16 @@ def versus_baseline(a: Analysis) -> str:
                  for r in keep.to_dict("records")]
         out.append(dot_intervals(items, title=f"{model} on {suite}: change in D vs {g['baseline_model'].iloc[0]}",
                                  unit=" pts"))
+    if len(d):   # a level is compared where both runs have pairs: a figure lacks where a clean score is 0
+        d = d.assign(d_current_why=NO_CLEAN_PASSES, d_baseline_why=NO_CLEAN_PASSES, delta_why="a D undefined",
+                     min_detectable_why=NO_CLEAN_PASSES)
     out.append(table(d, baselines=baselines(a), title="Change per level", cols=[
         ("model", "model", "model"), ("baseline model", "baseline_model", "s"), ("suite", "suite", "s"),
         ("level", "level_kind", "s"), ("", "level", "s"), ("D this run", "d_current", "pct"),
         ("D baseline", "d_baseline", "pct"), ("change (points)", "delta", "f3"), ("95% CI", "ci", "f3"),
         ("verdict", "verdict", "s"), ("tasks", "n_tasks", "i"), ("pairs", "n_pairs_current", "i"),
         ("pairs (baseline)", "n_pairs_baseline", "i"),
-        ("smallest detectable change (points)", "min_detectable", "f0")]))
+        ("smallest detectable change (points)", "min_detectable", "pts")]))
     if len(v.mismatches):
         out.append(f"<details class=fold><summary>left out of the comparison: {len(v.mismatches)} (task, family) pair(s)"
                    "</summary>" + table(v.mismatches, [

@@ -34,13 +34,16 @@ def diverging(v: float, vmax: float = 100.0) -> str:
 def heatmap(values: Sequence[Sequence[float]], rows: Sequence[str], cols: Sequence[str], *,
             title: str = "", unit: str = "%", vmax: float = 100.0,
             intervals: Sequence[Sequence[tuple[float, float]]] | None = None,
-            links: Sequence[Sequence[str | None]] | None = None) -> str:
+            links: Sequence[Sequence[str | None]] | None = None,
+            whys: Sequence[Sequence[str]] | None = None) -> str:
     """A labelled grid of coloured cells with the value (and interval) printed in each.
 
     ``links`` (if given) holds a URL per cell (or None): the cell becomes a
     link to it (e.g. ``#fail-...``, the cell's episodes in the failures list).
+    ``whys`` (if given) says per cell why its value is undefined: such a cell
+    reads ``n/a`` and, under it, ``(why)`` (its tooltip the whole line).
     """
-    cw, ch, left, top = 120, 46 if intervals else 34, 92, 44 if title else 24
+    cw, ch, left, top = 120, 46 if intervals or whys else 34, 92, 44 if title else 24
     w, h = left + cw * len(cols) + 8, top + ch * len(rows) + 8
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' viewBox='0 0 {w} {h}' "
            f"role='img' aria-label='{esc(title or 'heatmap')}' font-family='sans-serif' font-size='12'>"]
@@ -55,8 +58,12 @@ def heatmap(values: Sequence[Sequence[float]], rows: Sequence[str], cols: Sequen
             v = values[i][j]
             x = left + cw * j
             link = links[i][j] if links is not None else None
+            why = whys[i][j] if whys is not None and not _finite(v) else ""
+            tip = f": n/a ({why})" if why else ""
             if link:
-                out.append(f"<a href='{esc(link)}'><title>{esc(r)} x {esc(cols[j])}: its episodes</title>")
+                out.append(f"<a href='{esc(link)}'><title>{esc(r)} x {esc(cols[j])}{esc(tip)}: its episodes</title>")
+            elif why:
+                out.append(f"<g><title>{esc(r)} x {esc(cols[j])}{esc(tip)}</title>")
             out.append(f"<rect x='{x}' y='{y}' width='{cw - 2}' height='{ch - 2}' fill='{diverging(v, vmax)}'/>")
             label = f"{v:.1f}{unit}" if _finite(v) else "n/a"
             dark = _finite(v) and abs(v) > 0.6 * vmax
@@ -68,8 +75,13 @@ def heatmap(values: Sequence[Sequence[float]], rows: Sequence[str], cols: Sequen
                 if _finite(lo) and _finite(hi):
                     out.append(f"<text x='{x + cw / 2 - 1:.0f}' y='{y + 35}' text-anchor='middle' "
                                f"fill='{colour}' font-size='10'>[{lo:.0f}, {hi:.0f}]</text>")
+            if why:
+                out.append(f"<text x='{x + cw / 2 - 1:.0f}' y='{y + 35}' text-anchor='middle' "
+                           f"fill='{colour}' font-size='10'>({esc(why)})</text>")
             if link:
                 out.append("</a>")
+            elif why:
+                out.append("</g>")
     out.append("</svg>")
     return "".join(out)
 

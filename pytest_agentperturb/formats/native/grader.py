@@ -50,6 +50,7 @@ from typing import Any
 from ...model.errors import TaskFormatError
 from ...model.protocols import GradeResult
 from ...model.task import select
+from ...model.trajectory import clip
 
 SCORINGS = ("binary", "fraction", "rubric")
 CONDITIONS = ("equals", "contains", "includes", "count", "absent", "number")
@@ -57,6 +58,8 @@ ANSWER_CONDITIONS = ("answer_contains", "answer_number")
 _OPTIONS = ("tolerance", "rel_tolerance", "label", "weight", "criterion")
 _KEYS = frozenset(("path", *CONDITIONS, *ANSWER_CONDITIONS, *_OPTIONS))
 _EXACT = 1e-9
+#: A check's description is cut to this many characters (:func:`~...model.trajectory.clip`: at a word, with "…").
+CHECK_TEXT = 200
 
 _NUMBER = re.compile(
     r"(?<![\w.,])(?<![A-Za-z]-)([-\u2212]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?"
@@ -195,23 +198,23 @@ def check_result(c: Mapping[str, Any], state: Mapping[str, Any], answer: str) ->
         nums = answer_numbers(text)
         ok = any(within(v, expected, c) for v in nums)
         where = f" near {c['label']!r}" if "label" in c else ""
-        return f"answer states {expected:.12g}{_tol_text(c)}{where} (found {nums[:6]!r})"[:200], ok
+        return clip(f"answer states {expected:.12g}{_tol_text(c)}{where} (found {nums[:6]!r})", CHECK_TEXT), ok
     vals = select(state, c["path"])
     p = c["path"]
     if "equals" in c:
-        return f"{p} == {c['equals']!r} (found {vals!r})"[:200], len(vals) == 1 and vals[0] == c["equals"]
+        return clip(f"{p} == {c['equals']!r} (found {vals!r})", CHECK_TEXT), len(vals) == 1 and vals[0] == c["equals"]
     if "contains" in c:
         ok = len(vals) == 1 and str(c["contains"]).lower() in str(vals[0]).lower()
-        return f"{p} contains {c['contains']!r} (found {vals!r})"[:200], ok
+        return clip(f"{p} contains {c['contains']!r} (found {vals!r})", CHECK_TEXT), ok
     if "includes" in c:
         ok = len(vals) == 1 and isinstance(vals[0], list) and c["includes"] in vals[0]
-        return f"{p} includes {c['includes']!r} (found {vals!r})"[:200], ok
+        return clip(f"{p} includes {c['includes']!r} (found {vals!r})", CHECK_TEXT), ok
     if "count" in c:
         return f"count({p}) == {c['count']} (found {len(vals)})", len(vals) == int(c["count"])
     if "number" in c:
         got = _state_number(vals[0]) if len(vals) == 1 else None
         ok = got is not None and within(got, float(c["number"]), c)
-        return f"{p} == {c['number']:.12g}{_tol_text(c)} (found {vals!r})"[:200], ok
+        return clip(f"{p} == {c['number']:.12g}{_tol_text(c)} (found {vals!r})", CHECK_TEXT), ok
     return f"{p} absent (found {len(vals)})", (len(vals) == 0) == bool(c["absent"])
 
 
