@@ -20,6 +20,10 @@ families) it prints the coverage of the true D (0, or 100 x ``--drop``) of:
 - ``design``: exact for every binary row when K = 1 and tasks < 50, else the
   switch (the choice made on design quantities where the switch's BCa rows
   are off; a sparse row is still exact);
+- ``adopted``: what ``drops`` reports: exact by design (K = 1, fewer than
+  ``exact.DESIGN_TASKS`` tasks), else the switch, whose BCa interval is the
+  plain one for a level of one outcome per cluster (a family at K = 1) and
+  the expanded one elsewhere (``adopted bca``: its BCa rows);
 - ``design-t``: as ``design`` but the studentised interval instead of BCa
   for K >= 2 (sparse rows still exact);
 - ``change``: the interval of the change in D against a baseline run
@@ -46,13 +50,13 @@ import warnings
 
 import numpy as np
 
-from pytest_agentperturb.analysis.exact import change_interval, is_sparse, ratio_interval
+from pytest_agentperturb.analysis.exact import DESIGN_TASKS, change_interval, is_sparse, ratio_interval
 from pytest_agentperturb.analysis.stats import N_BOOTSTRAP, bca_interval, bootstrap_weights
 
 PRIOR = {"typical": (2.0, 1.5), "low-score": (0.5, 2.0)}
 GRID = [(t, k, s) for s in ("typical", "low-score") for t in (10, 25, 50) for k in (1, 3, 5)]
-METHODS = ["bca", "switch", "exact", "stud", "design", "design-t", "change", "change rep"]
-SPLIT = ["switch bca", "design bca"]
+METHODS = ["bca", "switch", "exact", "stud", "design", "design-t", "change", "change rep", "adopted"]
+SPLIT = ["switch bca", "design bca", "adopted bca"]
 FAMILIES = 12
 
 
@@ -147,6 +151,13 @@ def one_run(rng: np.random.Generator, tasks: int, k: int, suite: str, drop: floa
             else:
                 ch_d[0][j] = ch_d[1][j] = np.nan
     out["change rep"] = np.stack(ch_d)
+    # the adopted rule: expanded where a cluster holds more than one outcome of the level (the overall level's
+    # 12, or K >= 2 repeats), plain for a family at K = 1
+    a_lo, a_hi = bca_interval(db, d_hat, dj, expand=np.array([True] + [k >= 2] * FAMILIES))
+    by_design = k == 1 and tasks < DESIGN_TASKS
+    out["adopted"] = np.stack([e_lo, e_hi]) if by_design else np.stack([np.where(sparse, e_lo, a_lo),
+                                                                        np.where(sparse, e_hi, a_hi)])
+    out["adopted bca"] = np.full((2, len(c)), np.nan) if by_design else np.where(sparse, np.nan, out["adopted"])
     out["switch bca"] = np.where(sparse, np.nan, out["switch"])
     out["design bca"] = out["switch bca"] if not design else np.full((2, len(c)), np.nan)
     out["design exact"] = np.stack([sparse | design] * 2).astype(float)

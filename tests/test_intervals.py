@@ -275,6 +275,35 @@ def test_one_repeat_on_25_tasks_keeps_bca_where_the_row_is_dense() -> None:
     assert ov.interval_method == "bca"
 
 
+def test_a_family_of_one_binary_pair_per_task_takes_the_plain_bca_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K = 1 from 20 tasks on: a family row (one 0/1 pair per task) gets the plain BCa quantiles (expanded, such rows
+    covered 0.975-0.978 at low scores), the overall row (two pairs per task here) and every row at K >= 2 the
+    expanded ones; the point estimates are the same either way."""
+    def level(d: pd.DataFrame, kind: str) -> pd.DataFrame:
+        return d[(d["model"] == "m") & (d["level_kind"] == kind)].set_index("level")
+
+    df = _run(30, 2, drop=0.3)
+    d, wide = drops(df, replicates=800, seed=9), _expanded(df, monkeypatch)
+    fam, fam_wide = level(d, "family"), level(wide, "family")
+    dense = (fam["interval_method"] == "bca") & (fam_wide["interval_method"] == "bca")
+    assert dense.any()
+    assert ((fam.ci_high - fam.ci_low)[dense] < (fam_wide.ci_high - fam_wide.ci_low)[dense]).all()
+    pd.testing.assert_frame_equal(level(d, "overall"), level(wide, "overall"))
+    pd.testing.assert_series_equal(d["relative_drop"], wide["relative_drop"])
+    reps = _run(30, 2, repeats=2, drop=0.3)   # K = 2: a task holds two pairs at every level, all expanded
+    pd.testing.assert_frame_equal(drops(reps, replicates=800, seed=9), _expanded(reps, monkeypatch))
+
+
+def _expanded(df: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> pd.DataFrame:
+    """``drops`` of ``df`` with every BCa interval expanded (the rule before K = 1 family rows took the plain one)."""
+    from pytest_agentperturb.analysis import degradation
+
+    real = degradation.bca_interval
+    with monkeypatch.context() as m:
+        m.setattr(degradation, "bca_interval", lambda *a, expand=False, **k: real(*a, expand=True, **k))
+        return drops(df, replicates=800, seed=9)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_an_exact_interval_contains_the_point_estimate(seed: int) -> None:
     rng = np.random.default_rng(seed)

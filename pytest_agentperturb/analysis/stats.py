@@ -614,7 +614,7 @@ def acceleration(jackknife: npt.ArrayLike) -> FloatArray:
 
 
 def bca_interval(samples: npt.ArrayLike, estimate: npt.ArrayLike, jackknife: npt.ArrayLike,
-                 level: float = 0.95, expand: bool = False) -> tuple[FloatArray, FloatArray]:
+                 level: float = 0.95, expand: bool | npt.ArrayLike = False) -> tuple[FloatArray, FloatArray]:
     """Bias-corrected and accelerated (BCa) bootstrap interval, per column (Efron 1987; Efron & Tibshirani 14.3).
 
     ``samples`` (B, ...) are the bootstrap replicates, ``estimate`` (...)
@@ -626,7 +626,9 @@ def bca_interval(samples: npt.ArrayLike, estimate: npt.ArrayLike, jackknife: npt
     the jackknife (:func:`acceleration`); the bounds are the replicates'
     quantiles at Phi(z0 + (z0 + z) / (1 - a (z0 + z))) for z = the normal
     quantiles at (1 -+ level) / 2.  With z0 = a = 0 it is the percentile
-    interval.  NaN where the estimate is not finite or no replicate is.
+    interval.  ``expand`` (True, or a mask per column) takes the expanded
+    quantiles of :func:`expanded_z` instead.  NaN where the estimate is not
+    finite or no replicate is.
     """
     a_s = np.asarray(samples, dtype=float)
     est = np.asarray(estimate, dtype=float)
@@ -640,11 +642,12 @@ def bca_interval(samples: npt.ArrayLike, estimate: npt.ArrayLike, jackknife: npt
     eps = 0.5 / np.maximum(b, 1)
     z0 = normal_ppf(np.clip(share, eps, 1 - eps))
     acc = acceleration(jackknife)
-    if expand:
-        zs = expanded_z(level, np.isfinite(np.asarray(jackknife, dtype=float)).sum(0))
-    else:
-        zs = (np.full(est.shape, float(normal_ppf(np.array((1 - level) / 2)))),
-              np.full(est.shape, float(normal_ppf(np.array((1 + level) / 2)))))
+    zs = (np.full(est.shape, float(normal_ppf(np.array((1 - level) / 2)))),
+          np.full(est.shape, float(normal_ppf(np.array((1 + level) / 2)))))
+    mask = np.broadcast_to(np.asarray(expand, dtype=bool), est.shape)
+    if mask.any():
+        wide = expanded_z(level, np.isfinite(np.asarray(jackknife, dtype=float)).sum(0))
+        zs = (np.where(mask, wide[0], zs[0]), np.where(mask, wide[1], zs[1]))
     bounds = []
     for z, side in zip(zs, (-math.inf, math.inf)):
         num = z0 + z
