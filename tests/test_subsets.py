@@ -208,6 +208,9 @@ def test_runs_started_in_the_same_second_each_get_their_own_run_id(tmp_path: Pat
     from pytest_agentperturb.run.store import Store
 
     store, now = tmp_path / "s.sqlite", 1_800_000_000.0
+    assert default_run_id(store, 0, now=now) == "seed-0-20270115T080000" and not store.exists()  # nothing made
+    closing_store = Store(store)   # the store exists (an earlier run made it)
+    closing_store.close()
     got: list[str] = []
     threads = [threading.Thread(target=lambda: got.append(default_run_id(store, 0, now=now))) for _ in range(4)]
     for t in threads:

@@ -2,8 +2,8 @@
 
 Without ``--agentperturb-run-id`` a run is named ``seed-<seed>-<YYYYMMDDTHHMMSS>`` (UTC, when it
 starts), with ``-2``, ``-3``, ... appended when the store already holds that name: chosen and
-reserved in the store in one transaction (:meth:`.store.Store.claim_run`), so runs started in the
-same second each get their own.  With
+reserved in the store in one transaction (:meth:`.store.Store.claim_run`) when the store exists,
+so runs started in the same second against one store each get their own.  With
 ``--agentperturb-resume`` and no run id the newest default-named run of the same seed in the
 store is continued (a store written before run ids were unique holds ``seed-<seed>``, which
 counts as one); with none there, a new run starts.  ``last`` (``--agentperturb-baseline``)
@@ -62,11 +62,12 @@ def default_run_id(store: Path, seed: int, *, resume: bool = False, now: float |
     base = f"seed-{seed}-{stamp}"
     from .store import Store
 
-    try:
-        with closing(Store(store)) as s:
-            return s.claim_run(base)
-    except StoreError:
-        pass  # the session's start reports an unusable store, naming the file
+    if store.is_file():  # a store not there yet is not made here: a run that ends in a usage error writes nothing
+        try:
+            with closing(Store(store)) as s:
+                return s.claim_run(base)
+        except StoreError:
+            pass  # the session's start reports an unusable store, naming the file
     taken = {r for _, r in runs}
     n, run_id = 1, base
     while run_id in taken:
