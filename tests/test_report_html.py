@@ -22,6 +22,8 @@ from pytest_agentperturb.report import (analyse, episode_anchor, episode_table, 
 from pytest_agentperturb.report.pages import page_path
 from report_links import assert_links_resolve
 
+ROOT = Path(__file__).resolve().parents[1]
+
 EVIL = "<script>alert('x')</script>"
 
 
@@ -242,6 +244,26 @@ def test_undefined_figures_of_the_report_say_why(page: str) -> None:
     clean = page[start:page.index("</table>", start)]
     assert clean.count("<td>n/a (fewer than 3 models)</td>") == 2    # rho and p, over one real model
     assert "<td>n/a</td>" not in models + clean
+
+
+def test_no_table_cell_of_the_report_reads_a_bare_n_a(page: str, tmp_path: Path) -> None:
+    """Every undefined figure of every table says why: malleability rates, the cross-family rank correlations and
+    their contrasts, the recovery cost (here and on the README's main job, where they were bare)."""
+    assert not re.findall(r"<td[^>]*>n/a</td>", page)
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "suites" / "workflows", tmp_path / "suites" / "workflows")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--agentperturb",
+                        "suites/workflows", "--agentperturb-model", "reference/literal",
+                        "--agentperturb-model", "reference/careful"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:]
+    main = (tmp_path / "reports" / "agentperturb.html").read_text(encoding="utf-8")
+    cells = re.findall(r"<td[^>]*>(n/a[^<]*)</td>", main)
+    assert cells and not [c for c in cells if c == "n/a"]
+    assert {"n/a (no clean fails)", "n/a (a contrast of two groups)"} <= set(cells)
+    assert any(c.startswith("n/a (a family") for c in cells) and "n/a (no perturbed successes)" in cells
 
 
 def test_the_gate_box_counts_its_breaches_and_shows_its_notes_apart() -> None:

@@ -73,6 +73,12 @@ Col = tuple[str, str, str]   # header, column (or "ci"), kind
 _NUMERIC = frozenset({"pct", "pts", "rate", "f3", "f0", "i", "p"})
 #: A row's ``<column>_why`` (if set) says why its figure in ``<column>`` is undefined (else :func:`empty_why`).
 WHY = "_why"
+#: A rate over the clean fails (the beneficial flips) is undefined: every clean episode passed.
+NO_CLEAN_FAILS = "no clean fails"
+#: A token figure is undefined: no episode of that side reported its token usage.
+NO_USAGE = "no token usage known"
+#: A cross-family rank correlation is undefined: one family's scores are the same on every task.
+CONSTANT_FAMILY = "a family's score does not vary across the tasks"
 
 
 def fold(title: str, body: str, n_rows: int, *, heading: bool = True) -> str:
@@ -106,7 +112,8 @@ def table(df: pd.DataFrame, cols: Sequence[Col], *, cls: str = "", limit: int | 
             if c == "ci":
                 lo, hi = r.get("ci_low"), r.get("ci_high")
                 if undefined(lo) and undefined(hi):   # D undefined, or no interval: say why where it is known
-                    tds.append(f"<td class=ci>{esc(na(drop_why(r)))}</td>")
+                    why = r.get("ci" + WHY)
+                    tds.append(f"<td class=ci>{esc(na(why if isinstance(why, str) and why else drop_why(r)))}</td>")
                 else:
                     ex = " exact" if r.get("interval_method") == "exact" else ""
                     tds.append(f"<td class=ci><span class=iv>[{fmt(lo, k)}, {fmt(hi, k)}]</span>{ex}</td>")
@@ -225,8 +232,36 @@ def malleability(a: Analysis) -> str:
                        ("harmful (of clean passes)", "harmful_rate", "rate"),
                        ("beneficial (of clean fails)", "beneficial_rate", "rate"),
                        ("mean |Δreward|", "mean_abs_delta", "f3")]
-    return (table(a.malleability, baselines=baselines(a), title="Per model", cols=[("model", "model", "model"), ("suite", "suite", "s"), *cols])
-            + table(a.malleability_family, title="By family (all models)", cols=[("suite", "suite", "s"), ("family", "family", "s"), *cols]))
+    return (table(_malleability_whys(a.malleability), baselines=baselines(a), title="Per model",
+                  cols=[("model", "model", "model"), ("suite", "suite", "s"), *cols])
+            + table(_malleability_whys(a.malleability_family), title="By family (all models)",
+                    cols=[("suite", "suite", "s"), ("family", "family", "s"), *cols]))
+
+
+def _malleability_whys(df: pd.DataFrame) -> pd.DataFrame:
+    """Why a rate is undefined: harmful rates divide by the clean passes, beneficial ones by the clean fails."""
+    return df.assign(harmful_rate_why=NO_CLEAN_PASSES, beneficial_rate_why=NO_CLEAN_FAILS,
+                     flip_rate_why=NO_PAIRS, mean_abs_delta_why=NO_PAIRS) if len(df) else df
+
+
+def _cost_whys(df: pd.DataFrame) -> pd.DataFrame:
+    """Why a recovery-cost figure is undefined: no success on that side, or no token usage known for it."""
+    import numpy as np
+    import pandas as pd
+
+    if not len(df):
+        return df
+    out = df.copy()
+    for side, word in (("clean", "clean"), ("pert", "perturbed")):
+        none = out.get(f"n_success_{side}", pd.Series(0, index=out.index)).fillna(0) == 0
+        why = pd.Series(np.where(none, f"no {word} successes", NO_USAGE), index=out.index)
+        out[f"tokens_per_success_{side}{WHY}"] = out[f"median_tokens_per_success_{side}{WHY}"] = why
+        out[f"successes_per_mtok_{side}{WHY}"] = NO_USAGE
+    clean_why, pert_why = out[f"tokens_per_success_clean{WHY}"], out[f"tokens_per_success_pert{WHY}"]
+    out[f"extra_tokens_pct{WHY}"] = np.where(out["tokens_per_success_clean"].isna(), clean_why, pert_why)
+    out[f"spm_change_pct{WHY}"] = np.where(out["n_success_clean"].fillna(0) == 0, "no clean successes", NO_USAGE) \
+        if "n_success_clean" in out else NO_USAGE
+    return out
 
 
 def compliance(a: Analysis) -> str:
@@ -282,17 +317,19 @@ def sensitivity(a: Analysis) -> str:
             out.append(f"<p class=muted>{esc(s.suite)}: not estimated: {esc(s.skipped)}</p>")
             continue
         out.append(correlation_matrix(s.families, s.rho, title=f"{s.suite}: cross-family ρ", linkage=s.linkage))
-        out.append(table(pd.DataFrame(s.groups), [("group", "group", "s"), ("pairs", "n_pairs", "i"),
+        groups = pd.DataFrame(s.groups).assign(n_pairs_why="a contrast of two groups")
+        out.append(table(groups, [("group", "group", "s"), ("pairs", "n_pairs", "i"),
                                                   ("mean ρ", "mean_rho", "f3"), ("95% CI", "ci", "f3")]))
+        pairs = pd.DataFrame(s.pair_rows()).assign(rho_why=CONSTANT_FAMILY, ci_why=CONSTANT_FAMILY)
         out.append("<details class=fold><summary><b>every family pair</b></summary>" + table(
-            pd.DataFrame(s.pair_rows()), fold_over=None, cols=[("f", "family_f", "s"), ("g", "family_g", "s"),
+            pairs, fold_over=None, cols=[("f", "family_f", "s"), ("g", "family_g", "s"),
                                           ("relation", "relation", "s"), ("ρ", "rho", "f3"),
                                           ("95% CI", "ci", "f3")]) + "</details>")
     return "".join(out)
 
 
 def cost(a: Analysis) -> str:
-    rc = table(a.recovery_cost, baselines=baselines(a), title="Recovery cost", cols=[
+    rc = table(_cost_whys(a.recovery_cost), baselines=baselines(a), title="Recovery cost", cols=[
         ("model", "model", "model"), ("suite", "suite", "s"), ("family", "family", "s"),
         ("tokens/success clean", "tokens_per_success_clean", "f0"),
         ("tokens/success perturbed", "tokens_per_success_pert", "f0"),
