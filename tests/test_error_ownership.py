@@ -144,7 +144,7 @@ def test_a_failed_items_line_names_its_failed_checks(pytester: pytest.Pytester) 
         ('("no other invoice changed"', '("the ledger was read", False), ("no other invoice changed"'))
     pytester.makepyfile(myagent=AGENT_CODE)
     result = pytester.runpytest(*KV, "--agentperturb-agent", "myagent.py:lazy", "--junitxml", "junit.xml")
-    shown = "INV-2044 is approved and its approval is written to the ledger with the…"   # cut at a word
+    shown = "INV-2044 is approved and its approval is written to the ledger with the..."   # cut at a word
     result.stdout.fnmatch_lines([
         "agent failures: 1 *",
         f"  *invoice-approval*  failed: {shown}; the reviewer is notified (+1 more); reward=0.0",

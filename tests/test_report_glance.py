@@ -231,7 +231,9 @@ def test_cut_text_ends_at_a_word_and_says_so() -> None:
 
     text = "Dear Tomás, your interview is confirmed " + "for the final round at the office " * 8
     name, ok = check_result({"path": "note", "contains": "CC-4410"}, {"note": text}, "")   # the grader's own cut
-    assert not ok and len(name) <= 200 and name.endswith(" at…"), name
+    # stored, so ASCII "...": one "…" makes Python hold the whole trajectory's text at two bytes a character
+    assert not ok and len(name) <= 200 and name.endswith(" at..."), name
+    assert all(ord(ch) < 256 for ch in name), name
     row = {"run_id": "r", "model": "m", "suite": "s", "task": "t", "family": "user-missing", "reward": 0.0,
            "success": False, "error": "", "trajectory": "[]", CHECKS: [text * 2]}
     (shown,) = re.findall(r"✗ ([^<]*)", failures_section([row], "p"))

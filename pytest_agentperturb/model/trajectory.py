@@ -185,24 +185,26 @@ def failed_checks(trajectory: Iterable[Any]) -> list[str]:
 CLIP_NEAR = 24
 
 
-def clip(text: str, width: int) -> str:
-    """``text`` cut to at most ``width`` characters, ``…`` included, when it is longer (else unchanged).
+def clip(text: str, width: int, mark: str = "…") -> str:
+    """``text`` cut to at most ``width`` characters, ``mark`` included, when it is longer (else unchanged).
 
     The cut falls after the last whole word when a space is at most
     :data:`CLIP_NEAR` characters back, else mid-word (punctuation before the
-    cut dropped); either way the ``…`` says that text is missing.
+    cut dropped); either way the ``mark`` says that text is missing.  Text
+    that is stored (a grader's check) takes ``"..."``: one ``…`` would make
+    Python hold the whole trajectory's text at two bytes a character.
     """
     if len(text) <= width:
         return text
-    cut = text[:max(width - 1, 0)]
+    cut = text[:max(width - len(mark), 0)]
     if not text[len(cut)].isspace():   # the cut splits a word: end at the word before it when it is near
         space = max(cut.rfind(" "), cut.rfind("\n"))
         if space > 0 and len(cut) - space <= CLIP_NEAR:
             cut = cut[:space]
-    return cut.rstrip().rstrip(".,;:").rstrip() + "…"   # "before…", not "before.…"
+    return cut.rstrip().rstrip(".,;:").rstrip() + mark   # "before…", not "before.…"
 
 
 def checks_line(checks: list[str], shown: int = CHECKS_SHOWN, width: int = CHECK_WIDTH) -> str:
-    """The first ``shown`` failed checks, each cut to ``width`` characters (:func:`clip`), ``(+N more)`` for the rest."""
-    out = "; ".join(clip(c, width) for c in checks[:shown])
+    """The first ``shown`` failed checks, each cut to ``width`` characters (:func:`clip`, "..."), ``(+N more)`` for the rest."""
+    out = "; ".join(clip(c, width, "...") for c in checks[:shown])   # kept by every failed item's report: ASCII
     return out + (f" (+{len(checks) - shown} more)" if len(checks) > shown else "")

@@ -58,8 +58,15 @@ ANSWER_CONDITIONS = ("answer_contains", "answer_number")
 _OPTIONS = ("tolerance", "rel_tolerance", "label", "weight", "criterion")
 _KEYS = frozenset(("path", *CONDITIONS, *ANSWER_CONDITIONS, *_OPTIONS))
 _EXACT = 1e-9
-#: A check's description is cut to this many characters (:func:`~...model.trajectory.clip`: at a word, with "…").
+#: A check's description is cut to this many characters (:func:`~...model.trajectory.clip`: at a word, with an
+#: ASCII "...": the stored trajectory stays one byte a character in memory).
 CHECK_TEXT = 200
+
+
+def _text(check: str) -> str:
+    """A check's stored description, cut to :data:`CHECK_TEXT` characters."""
+    return clip(check, CHECK_TEXT, "...")
+
 
 _NUMBER = re.compile(
     r"(?<![\w.,])(?<![A-Za-z]-)([-\u2212]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?"
@@ -198,23 +205,23 @@ def check_result(c: Mapping[str, Any], state: Mapping[str, Any], answer: str) ->
         nums = answer_numbers(text)
         ok = any(within(v, expected, c) for v in nums)
         where = f" near {c['label']!r}" if "label" in c else ""
-        return clip(f"answer states {expected:.12g}{_tol_text(c)}{where} (found {nums[:6]!r})", CHECK_TEXT), ok
+        return _text(f"answer states {expected:.12g}{_tol_text(c)}{where} (found {nums[:6]!r})"), ok
     vals = select(state, c["path"])
     p = c["path"]
     if "equals" in c:
-        return clip(f"{p} == {c['equals']!r} (found {vals!r})", CHECK_TEXT), len(vals) == 1 and vals[0] == c["equals"]
+        return _text(f"{p} == {c['equals']!r} (found {vals!r})"), len(vals) == 1 and vals[0] == c["equals"]
     if "contains" in c:
         ok = len(vals) == 1 and str(c["contains"]).lower() in str(vals[0]).lower()
-        return clip(f"{p} contains {c['contains']!r} (found {vals!r})", CHECK_TEXT), ok
+        return _text(f"{p} contains {c['contains']!r} (found {vals!r})"), ok
     if "includes" in c:
         ok = len(vals) == 1 and isinstance(vals[0], list) and c["includes"] in vals[0]
-        return clip(f"{p} includes {c['includes']!r} (found {vals!r})", CHECK_TEXT), ok
+        return _text(f"{p} includes {c['includes']!r} (found {vals!r})"), ok
     if "count" in c:
         return f"count({p}) == {c['count']} (found {len(vals)})", len(vals) == int(c["count"])
     if "number" in c:
         got = _state_number(vals[0]) if len(vals) == 1 else None
         ok = got is not None and within(got, float(c["number"]), c)
-        return clip(f"{p} == {c['number']:.12g}{_tol_text(c)} (found {vals!r})", CHECK_TEXT), ok
+        return _text(f"{p} == {c['number']:.12g}{_tol_text(c)} (found {vals!r})"), ok
     return f"{p} absent (found {len(vals)})", (len(vals) == 0) == bool(c["absent"])
 
 
