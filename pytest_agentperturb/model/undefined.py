@@ -25,6 +25,12 @@ NO_CLEAN_PASSES = "no clean passes"
 NOT_RUN = "not run"
 #: A figure computed per model only, never for the suite average (pooled) row.
 PER_MODEL = "per model only"
+#: A rate over the clean fails (the beneficial flips) is undefined: every clean episode passed.
+NO_CLEAN_FAILS = "no clean fails"
+#: A token figure is undefined: no episode of that side reported its token usage.
+NO_USAGE = "no token usage known"
+#: A cross-family rank correlation is undefined: one family's scores are the same on every task.
+CONSTANT_FAMILY = "a family's score does not vary across the tasks"
 #: A rank correlation needs this many pairs.
 MIN_CORRELATION_N = 3
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.task import CLEAN, TARGETS, TYPES
-from ..model.undefined import (NO_CLEAN_PASSES, NO_PAIRS, NOT_RUN, PER_MODEL, correlation_why, detectable, drop_why,
-                                empty_why, figure, na, undefined)
+from ..model.undefined import (CONSTANT_FAMILY, NO_CLEAN_FAILS, NO_CLEAN_PASSES, NO_PAIRS, NO_USAGE, NOT_RUN, PER_MODEL,
+                                correlation_why, detectable, drop_why, empty_why, figure, na, undefined)
 from .failures import failure_anchor
 from .svg import box_pairs, correlation_matrix, dot_intervals, esc, heatmap, trend_chart
 
@@ -73,12 +73,6 @@ Col = tuple[str, str, str]   # header, column (or "ci"), kind
 _NUMERIC = frozenset({"pct", "pts", "rate", "f3", "f0", "i", "p"})
 #: A row's ``<column>_why`` (if set) says why its figure in ``<column>`` is undefined (else :func:`empty_why`).
 WHY = "_why"
-#: A rate over the clean fails (the beneficial flips) is undefined: every clean episode passed.
-NO_CLEAN_FAILS = "no clean fails"
-#: A token figure is undefined: no episode of that side reported its token usage.
-NO_USAGE = "no token usage known"
-#: A cross-family rank correlation is undefined: one family's scores are the same on every task.
-CONSTANT_FAMILY = "a family's score does not vary across the tasks"
 
 
 def fold(title: str, body: str, n_rows: int, *, heading: bool = True) -> str:
@@ -247,20 +241,18 @@ def _malleability_whys(df: pd.DataFrame) -> pd.DataFrame:
 def _cost_whys(df: pd.DataFrame) -> pd.DataFrame:
     """Why a recovery-cost figure is undefined: no success on that side, or no token usage known for it."""
     import numpy as np
-    import pandas as pd
 
     if not len(df):
         return df
     out = df.copy()
     for side, word in (("clean", "clean"), ("pert", "perturbed")):
-        none = out.get(f"n_success_{side}", pd.Series(0, index=out.index)).fillna(0) == 0
-        why = pd.Series(np.where(none, f"no {word} successes", NO_USAGE), index=out.index)
+        why = np.where(out[f"n_success_{side}"].fillna(0) == 0, f"no {word} successes", NO_USAGE)
         out[f"tokens_per_success_{side}{WHY}"] = out[f"median_tokens_per_success_{side}{WHY}"] = why
         out[f"successes_per_mtok_{side}{WHY}"] = NO_USAGE
-    clean_why, pert_why = out[f"tokens_per_success_clean{WHY}"], out[f"tokens_per_success_pert{WHY}"]
-    out[f"extra_tokens_pct{WHY}"] = np.where(out["tokens_per_success_clean"].isna(), clean_why, pert_why)
-    out[f"spm_change_pct{WHY}"] = np.where(out["n_success_clean"].fillna(0) == 0, "no clean successes", NO_USAGE) \
-        if "n_success_clean" in out else NO_USAGE
+    out[f"extra_tokens_pct{WHY}"] = np.where(out["tokens_per_success_clean"].isna(),
+                                             out[f"tokens_per_success_clean{WHY}"],
+                                             out[f"tokens_per_success_pert{WHY}"])
+    out[f"spm_change_pct{WHY}"] = out[f"tokens_per_success_clean{WHY}"]   # the change divides by the clean side
     return out
 
 

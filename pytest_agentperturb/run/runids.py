@@ -51,26 +51,27 @@ def _known(store: Path) -> list[tuple[float, str]]:
 
 
 def default_run_id(store: Path, seed: int, *, resume: bool = False, now: float | None = None) -> str:
-    """The run id of a run started without ``--agentperturb-run-id``."""
-    runs = _known(store)
+    """The run id of a run started without ``--agentperturb-run-id``.
+
+    Resuming, the newest default-named run of ``seed`` in the store; else a
+    new id, reserved in the store when it exists (:meth:`.store.Store.claim_run`
+    picks the first free ``-N``).  A store not there yet is not made here, so
+    a run that ends in a usage error writes nothing; an unusable one is the
+    session's start to report, naming the file.
+    """
     if resume:
         pattern = default_pattern(seed)
-        mine = [r for _, r in runs if pattern.fullmatch(r)]
+        mine = [r for _, r in _known(store) if pattern.fullmatch(r)]
         if mine:
             return mine[-1]
     stamp = datetime.fromtimestamp(time.time() if now is None else now, tz=timezone.utc).strftime("%Y%m%dT%H%M%S")
     base = f"seed-{seed}-{stamp}"
-    from .store import Store
+    if store.is_file():
+        from .store import Store
 
-    if store.is_file():  # a store not there yet is not made here: a run that ends in a usage error writes nothing
         try:
             with closing(Store(store)) as s:
                 return s.claim_run(base)
         except StoreError:
-            pass  # the session's start reports an unusable store, naming the file
-    taken = {r for _, r in runs}
-    n, run_id = 1, base
-    while run_id in taken:
-        n += 1
-        run_id = f"{base}-{n}"
-    return run_id
+            pass
+    return base   # no store (or none usable): no run holds a name yet
