@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -127,3 +128,8 @@ def report_of(result: Any) -> Path:
              if ln.startswith("report: ") and not ln.startswith(("report: NOT", "report: not"))]
     assert len(paths) == 1, f"no single 'report:' line in the output:\n{text[-2000:]}"
     return Path(paths[0])
+
+
+def line_counts(line: str) -> dict[str, int]:
+    """The counts of pytest's last line, ``agent-failed`` included (pytest's parseoutcomes splits at the hyphen)."""
+    return {k: int(n) for n, k in re.findall(r"(\d+) ([\w-]+)", line)}

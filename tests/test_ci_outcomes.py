@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from browser import browse, chromium  # noqa: F401 - the fixture
-from task_files import run_fast
+from task_files import line_counts, run_fast
 
 run = run_fast
 
@@ -19,8 +19,7 @@ def _collected(result: pytest.RunResult) -> list[str]:
 
 
 def _outcomes(result: pytest.RunResult) -> dict[str, int]:
-    """The counts of pytest's last line, ``agent-failed`` included (parseoutcomes splits at the hyphen)."""
-    return {k: int(n) for n, k in re.findall(r"(\d+) ([\w-]+)", result.outlines[-1])}
+    return line_counts(result.outlines[-1])
 
 
 def _cases(path: Path) -> dict[str, ET.Element]:

@@ -23,7 +23,7 @@ import pytest
 
 from pytest_agentperturb.run.store import Store
 
-from task_files import report_of
+from task_files import line_counts, report_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = Path(execnet.__file__).parent / "script" / "socketserver.py"
@@ -262,13 +262,6 @@ def _variants(db: Path) -> list[tuple[object, ...]]:
         return c.execute("SELECT * FROM variants ORDER BY variant_digest").fetchall()
 
 
-def _outcomes(stdout: str, word: str) -> int:
-    """How many items pytest's last line counts as ``word`` (0 where it names none)."""
-    last = stdout.splitlines()[-1]
-    m = re.search(rf"(?<![-\w])(\d+) {re.escape(word)}\b(?!-)", last)
-    return int(m.group(1)) if m else 0
-
-
 FULL_DISK = '''
 import sqlite3
 from pytest_agentperturb.run import store
@@ -295,8 +288,9 @@ def test_a_store_write_that_fails_on_the_controller_is_an_error_naming_the_file(
     assert "agentperturb.sqlite: cannot record 4 buffered episode(s) (database or disk is full)" in out.stdout
     assert "errors: 4 (excluded from every aggregate) [harness 4]" in out.stdout, out.stdout[-3000:]
     assert "store: NOT fully written: " in out.stdout, out.stdout[-3000:]
-    failed = _outcomes(out.stdout, "failed")
-    assert failed + _outcomes(out.stdout, "passed") == 4, out.stdout[-3000:]
+    counts = line_counts(out.stdout.splitlines()[-1])
+    failed = counts.get("failed", 0)
+    assert failed + counts.get("passed", 0) == 4, out.stdout[-3000:]
     assert failed == 0 or "results store error (not an agent failure): " in out.stdout
 
 
@@ -327,7 +321,8 @@ def test_an_agent_failure_that_cannot_be_stored_is_an_error_that_fails_the_sessi
     assert out.returncode == 1, out.stdout[-3000:]
     # which episodes come after the writer's failed batch depends on when the reports arrive: those do fail
     # (the harness's failure, not the agent's), the rest are counted by the store's close; all are ERRORs
-    failed, agent_failed = _outcomes(out.stdout, "failed"), _outcomes(out.stdout, "agent-failed")
+    counts = line_counts(out.stdout.splitlines()[-1])
+    failed, agent_failed = counts.get("failed", 0), counts.get("agent-failed", 0)
     assert failed + agent_failed == 4, out.stdout[-3000:]
     assert "database or disk is full" in out.stdout
     assert "errors: 4 (excluded from every aggregate)" in out.stdout, out.stdout[-3000:]
