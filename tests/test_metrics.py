@@ -174,6 +174,26 @@ def test_spearman_permutation_exact_cases() -> None:
     b = spearman_permutation(x, y, permutations=5000, rng=np.random.default_rng(7))
     assert a == b
 
+def test_spearman_permutation_blocks_do_not_change_the_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The permuted ranks are scored in bounded blocks: the same p-value and generator state at any block size."""
+    from pytest_agentperturb.analysis import stats
+
+    gen = np.random.default_rng(3)
+    x = gen.normal(size=40)
+    y = x + 3 * gen.normal(size=40)
+
+    def run() -> tuple[float, float, int]:
+        rng = np.random.default_rng(11)
+        r = spearman_permutation(x, y, permutations=3001, rng=rng)
+        exact = spearman_permutation(x[:6], y[:6], permutations=1000)
+        return r.p_value, exact.p_value, int(rng.integers(0, 2**62))
+
+    default = run()
+    monkeypatch.setattr(stats, "_BLOCK_CELLS", 7 * 40)   # 7 permutations a block, the last one short
+    assert run() == default
+    monkeypatch.setattr(stats, "_BLOCK_CELLS", 1)        # one permutation a block
+    assert run() == default
+
 
 def test_ranks_ignore_nan() -> None:
     r = ranks([3.0, float("nan"), 1.0, 3.0])

@@ -29,7 +29,9 @@ IntArray = npt.NDArray[np.int64]
 ROUND_DECIMALS = 9
 #: Largest sample whose n! assignments the permutation test can enumerate (10! = 3,628,800).
 MAX_EXACT_N = 10
-_BLOCK = 20_000
+#: Permuted rank vectors scored at a time: at most this many values (2 MiB of floats) in one block, so a
+#: test over many tasks never holds a large array (the draws of a generator do not depend on the block).
+_BLOCK_CELLS = 1 << 18
 
 
 def rounded(x: npt.ArrayLike) -> FloatArray:
@@ -137,15 +139,15 @@ def spearman_permutation(x: Sequence[float] | npt.ArrayLike, y: Sequence[float] 
     tol = 1e-12
     if exact if exact is not None else (n <= MAX_EXACT_N and math.factorial(n) <= permutations):
         perms = all_permutations(n)
-        hits = 0
-        for start in range(0, len(perms), 10 * _BLOCK):
-            r = (yc[perms[start:start + 10 * _BLOCK]] @ xc) / den
+        hits, rows = 0, max(1, _BLOCK_CELLS // n)
+        for start in range(0, len(perms), rows):
+            r = (yc[perms[start:start + rows]] @ xc) / den
             hits += int((np.abs(r) >= abs(rho) - tol).sum())
         return Correlation(rho, hits / len(perms), n, len(perms), exact=True)
     rng = rng if rng is not None else np.random.default_rng(0)
-    hits, done = 0, 0
+    hits, done, rows = 0, 0, max(1, _BLOCK_CELLS // n)
     while done < permutations:
-        k = min(_BLOCK, permutations - done)
+        k = min(rows, permutations - done)
         perm = rng.permuted(np.broadcast_to(yc, (k, n)), axis=1)
         r = (perm @ xc) / den
         hits += int((np.abs(r) >= abs(rho) - tol).sum())
